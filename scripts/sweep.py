@@ -1,0 +1,37 @@
+"""Kernel experiments on the GPU: time flush_inplace (all due, L2-cold, as the benchmark does)
+for launch variants, and print the compiler's register and spill counts of each."""
+
+import argparse
+
+import torch
+
+from leapquant import bench
+from leapquant.kda import inputs
+from leapquant.kda import flush as flush_mod
+from leapquant.kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch-sizes", default="256")
+    ap.add_argument("--num-warps", default="4,8,16")
+    args = ap.parse_args()
+    bw = bench.copy_bandwidth("cuda")
+    q0 = inputs.make("random", 1, "cuda", seed=1)["q0"]
+    x = inputs.make("random", 1, "cuda", seed=2)
+    ck = tuple(x[n] for n in inputs.CHECKPOINT_ARGS)
+    print(f"copy bandwidth {bw / 1e9:.0f} GB/s")
+    for nw in map(int, args.num_warps.split(",")):
+        flush_mod.NUM_WARPS = nw
+        k = flush_mod.launch_flush(ck, tuple(torch.empty_like(t) for t in ck),
+                                   tuple(x[n] for n in inputs.FLUSH_ARGS[5:10]), q0)
+        regs, spills = getattr(k, "n_regs", "?"), getattr(k, "n_spills", "?")
+        for B in map(int, args.batch_sizes.split(",")):
+            t = bench.time_flush(B, "cuda", q0)["median_ms"]
+            floor = B * H * FLOOR_BYTES_PER_PROGRAM / bw * 1e3
+            print(f"num_warps={nw:2d} regs={regs} spills={spills} B={B:4d} {t:.4f} ms  floor {floor:.4f}  x{t / floor:.2f}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

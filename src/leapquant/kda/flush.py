@@ -1,0 +1,203 @@
+"""Triton kernel of the LeapQuant KDA flush: one program = one (slot, head).
+
+The program rebuilds the fp32 state ``S`` [V, K] from the old checkpoint and the window, runs one
+round of subspace iteration for the new Compensator Tokens, and re-quantizes the residual (SPEC
+section 4). Products run on tensor cores with operands that are exact in 16 bits or split into a
+bf16 high and low part, so every product keeps fp32-class accuracy (about 2^-16 relative).
+Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from .geometry import EPS, H, K, L, NORM_FLOOR, QMAX, R, V
+
+RANK_PAD = 16  # tl.dot needs every dim >= 16: the R tokens ride in a 16-row block
+ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
+ROUND_MAGIC_BITS = 0x4B400000
+NUM_WARPS = 8
+
+
+@triton.jit
+def _split_bf16(x):
+    hi = x.to(tl.bfloat16)
+    lo = (x - hi.to(tl.float32)).to(tl.bfloat16)
+    return hi, lo
+
+
+@triton.jit
+def _mma(a, b, acc, UPCAST: tl.constexpr):
+    # UPCAST: Triton's CPU interpreter multiplies bf16 as raw bits; give it fp32 operands
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _dot_fp32(x, yh, yl, UPCAST: tl.constexpr):
+    # x @ (yh + yl) with x split too; the dropped lo*lo term is ~2^-18 relative
+    xh, xl = _split_bf16(x)
+    acc = _mma(xh, yh, None, UPCAST)
+    acc = _mma(xh, yl, acc, UPCAST)
+    acc = _mma(xl, yh, acc, UPCAST)
+    return acc
+
+
+@triton.jit
+def _orthonormal_rows(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr):
+    # Gram-Schmidt over the first RANK rows of x [RANK_PAD, N], each projected out twice
+    # (classical GS twice: same result as the reference's MGS2 up to rounding, fewer
+    # dependent reductions); rows >= RANK come back zero.
+    rows = tl.arange(0, x.shape[0])[:, None]
+    out = tl.zeros_like(x)
+    for r in tl.static_range(RANK):
+        v = tl.sum(tl.where(rows == r, x, 0.0), axis=0)
+        if r > 0:
+            for _ in tl.static_range(2):
+                coef = tl.sum(out * v[None, :], axis=1)
+                v = v - tl.sum(out * coef[:, None], axis=0)
+        norm = tl.sqrt_rn(tl.sum(v * v, axis=0))
+        out = tl.where(rows == r, (v / tl.maximum(norm, NORM_MIN))[None, :], out)
+    return out
+
+
+@triton.jit(do_not_specialize=["q0", "idx"])  # user tensors: no recompile on odd alignment
+def _flush_kernel(
+    codes_in, sk_in, sv_in, u_in, q_in,  # old checkpoint
+    codes_out, sk_out, sv_out, u_out, q_out,  # new checkpoint (aliases the old one in a pool)
+    kbuf, ubuf, gbuf, w, pcum, q0, idx, hcnt,
+    C_SLOT: tl.constexpr, C_HEAD: tl.constexpr,  # element strides of the checkpoint tensors
+    SK_SLOT: tl.constexpr, SK_HEAD: tl.constexpr,
+    SV_SLOT: tl.constexpr, SV_HEAD: tl.constexpr,
+    U_SLOT: tl.constexpr, U_HEAD: tl.constexpr, U_ROW: tl.constexpr,
+    Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr, Q_ROW: tl.constexpr,
+    IN_PLACE: tl.constexpr,  # pool mode: programs from idx, due when hcnt == L, window reset
+    UPCAST: tl.constexpr,  # running under TRITON_INTERPRET=1
+    NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
+    NR: tl.constexpr, RP: tl.constexpr,
+    QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr,
+    MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    head = pid % NH
+    if IN_PLACE:
+        slot = tl.load(idx + pid // NH)
+        if slot <= 0:
+            return
+        if tl.load(hcnt + slot * NH + head) != NL:
+            return
+    else:
+        slot = pid // NH
+    slot = slot.to(tl.int64)
+    prog = slot * NH + head
+
+    v = tl.arange(0, NV)
+    k = tl.arange(0, NK)
+    j = tl.arange(0, NL)
+    r = tl.arange(0, RP)
+    live = r < NR
+
+    # window: decay of entry j since it was appended, D_j = prod_{i > j} gbuf[i]
+    gbase = gbuf + prog * (NL * NK)
+    g_after = tl.load(gbase + (j[:, None] + 1) * NK + k[None, :], mask=j[:, None] + 1 < NL, other=1.0)
+    decay_j = tl.cumprod(g_after.to(tl.float32), axis=0, reverse=True)
+    wj = tl.load(w + prog * NL + j)
+    keys = tl.load(kbuf + prog * (NL * NK) + j[:, None] * NK + k[None, :]).to(tl.float32)
+    keys = keys * decay_j * wj[:, None]
+    vals_t = tl.load(ubuf + prog * (NL * NV) + j[None, :] * NV + v[:, None])  # [V, L] bf16, exact
+    decay = tl.exp(tl.load(pcum + prog * NK + k))
+
+    # old checkpoint
+    codes = tl.load(codes_in + slot * C_SLOT + head * C_HEAD + v[:, None] * NK + k[None, :])
+    s_k = tl.load(sk_in + slot * SK_SLOT + head * SK_HEAD + k)
+    s_v = tl.load(sv_in + slot * SV_SLOT + head * SV_HEAD + v)
+    u_old = tl.load(u_in + slot * U_SLOT + head * U_HEAD + r[:, None] * U_ROW + k[None, :],
+                    mask=live[:, None], other=0.0)
+    q_old_t = tl.load(q_in + slot * Q_SLOT + head * Q_HEAD + r[None, :] * Q_ROW + v[:, None],
+                      mask=live[None, :], other=0.0)
+
+    # rebuild: fp16 x fp16 products are exact in fp32, so the token part needs no split
+    s = _mma(q_old_t, u_old, None, UPCAST)
+    s = (codes.to(tl.float32) * (s_v * (1.0 / QM))[:, None] * s_k[None, :] + s) * decay[None, :]
+    kh, kl = _split_bf16(keys)
+    s = _mma(vals_t, kh, s, UPCAST)
+    s = _mma(vals_t, kl, s, UPCAST)
+
+    # one round of subspace iteration, rank-major [RP, N] tensors
+    sh, sl = _split_bf16(s)
+    q0_t = tl.load(q0 + v[None, :] * NR + r[:, None], mask=live[:, None], other=0.0)  # [RP, V]
+    qk_t = _orthonormal_rows(_dot_fp32(q0_t, sh, sl, UPCAST), NR, NORM_MIN)  # [RP, K]
+    qv_t = _orthonormal_rows(_dot_fp32(qk_t, tl.trans(sh), tl.trans(sl), UPCAST), NR, NORM_MIN)  # [RP, V]
+    u_new = _dot_fp32(qv_t, sh, sl, UPCAST).to(tl.float16)  # [RP, K]
+    q_new = qv_t.to(tl.float16)
+
+    # residual against the rounded tokens; fp16 x fp16 products again exact
+    e = (sh.to(tl.float32) + sl.to(tl.float32)) - _mma(tl.trans(q_new), u_new, None, UPCAST)
+    ae = tl.abs(e)
+    s_k_new = tl.maximum(tl.sqrt_rn(tl.sum(ae, axis=0) * (1.0 / NV)), SCALE_MIN)
+    inv_k = 1.0 / s_k_new
+    s_v_new = tl.maximum(tl.max(ae * inv_k[None, :], axis=1), SCALE_MIN)
+    x = e * inv_k[None, :] * (QM / s_v_new)[:, None]
+    x = tl.minimum(tl.maximum(x, -QM), QM)
+    # round half to even through the fp32 mantissa; the low byte is the int8 code
+    codes_new = ((x + MAGIC).to(tl.int32, bitcast=True) - MAGIC_BITS).to(tl.int8)
+
+    tl.store(codes_out + slot * C_SLOT + head * C_HEAD + v[:, None] * NK + k[None, :], codes_new)
+    tl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + k, s_k_new)
+    tl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + v, s_v_new)
+    tl.store(u_out + slot * U_SLOT + head * U_HEAD + r[:, None] * U_ROW + k[None, :], u_new, mask=live[:, None])
+    tl.store(q_out + slot * Q_SLOT + head * Q_HEAD + r[:, None] * Q_ROW + v[None, :], q_new, mask=live[:, None])
+    if IN_PLACE:
+        # every thread's window loads are consumed before any reset lands
+        tl.debug_barrier()
+        tl.store(w + prog * NL + j, tl.zeros([NL], dtype=tl.float32))
+        tl.store(gbase + j[:, None] * NK + k[None, :], tl.full([NL, NK], 1.0, dtype=tl.float16))
+        tl.store(pcum + prog * NK + k, tl.zeros([NK], dtype=tl.float32))
+
+
+def _strides(codes, s_k, s_v, u, q) -> dict:
+    return dict(
+        C_SLOT=codes.stride(0), C_HEAD=codes.stride(1),
+        SK_SLOT=s_k.stride(0), SK_HEAD=s_k.stride(1),
+        SV_SLOT=s_v.stride(0), SV_HEAD=s_v.stride(1),
+        U_SLOT=u.stride(0), U_HEAD=u.stride(1), U_ROW=u.stride(2),
+        Q_SLOT=q.stride(0), Q_HEAD=q.stride(1), Q_ROW=q.stride(2),
+    )
+
+
+_CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, RP=RANK_PAD, QM=float(QMAX), SCALE_MIN=EPS,
+                  NORM_MIN=NORM_FLOOR, MAGIC=ROUND_MAGIC, MAGIC_BITS=ROUND_MAGIC_BITS)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None):
+    """Launch the flush kernel.
+
+    ``ckpt_in``/``ckpt_out``: ``(codes, s_k, s_v, u, q)`` tensors of shape ``[S, H, ...]`` with
+    unit innermost stride and equal strides (the same tensors for an in-place pool flush).
+    ``window``: ``(kbuf, ubuf, gbuf, w, pcum)`` dense ``[S, H, ...]``. With ``idx`` (int32
+    ``[N]``) and ``hcnt`` (int32 ``[S, H]``), programs ``(idx[i], h)`` run only where
+    ``idx[i] > 0`` and ``hcnt == L`` and get their window reset; without them, every
+    ``(b, h)`` of the batch runs and the window is left alone. No host synchronisation.
+    Returns Triton's launched kernel object (registers, spills), or None for an empty launch.
+    """
+    in_place = idx is not None
+    num_programs = (idx.numel() if in_place else ckpt_in[0].shape[0]) * H
+    if num_programs == 0:
+        return None
+    dummy = q0  # unused pointer arguments in functional mode
+    kbuf, ubuf, gbuf, w, pcum = window
+    return _flush_kernel[(num_programs,)](
+        *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
+        idx if in_place else dummy, hcnt if in_place else dummy,
+        **_strides(*ckpt_in), IN_PLACE=in_place, UPCAST=_interpreting(), **_CONSTANTS,
+        num_warps=NUM_WARPS,
+    )

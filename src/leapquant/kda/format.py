@@ -1,0 +1,93 @@
+"""The checkpoint and window tensors: their dtypes and shapes, decoding, argument checks.
+
+Source: the LeapQuant paper (arXiv 2609.38166) and the NVlabs/kda request
+`requests/conless-leapquant-kda-flush` (SPEC sections 3 and 5).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .geometry import H, K, L, QMAX, R, V
+
+# name -> (dtype, trailing shape after the leading [B, H]); the order is run()'s.
+CHECKPOINT_FIELDS: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
+    "codes": (torch.int8, (V, K)),
+    "s_k": (torch.float32, (K,)),
+    "s_v": (torch.float32, (V,)),
+    "u": (torch.float16, (R, K)),
+    "q": (torch.float16, (R, V)),
+}
+WINDOW_FIELDS: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
+    "kbuf": (torch.bfloat16, (L, K)),
+    "ubuf": (torch.bfloat16, (L, V)),
+    "gbuf": (torch.float16, (L, K)),
+    "w": (torch.float32, (L,)),
+    "pcum": (torch.float32, (K,)),
+}
+Q0_FIELD = (torch.float32, (V, R))
+
+
+def decode(codes, s_k, s_v, u, q, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Decode a checkpoint to the state it stands for.
+
+    ``S[v, k] = sum_r q[r, v] * u[r, k] + codes[v, k] * s_k[k] / 127 * s_v[v]``
+    (LeapQuant, arXiv 2609.38166; NVlabs/kda request conless-leapquant-kda-flush).
+
+    Args:
+        codes: int8 ``[..., V, K]``.
+        s_k: fp32 ``[..., K]`` key (column) scales.
+        s_v: fp32 ``[..., V]`` value (row) scales.
+        u: fp16 ``[..., R, K]`` and q: fp16 ``[..., R, V]``, the Compensator Tokens.
+        dtype: floating dtype of the result and of every intermediate (fp32 or fp64).
+
+    Returns:
+        ``[..., V, K]`` tensor of ``dtype`` on the inputs' device.
+    """
+    residual = codes.to(dtype) * (s_k.to(dtype) / QMAX).unsqueeze(-2) * s_v.to(dtype).unsqueeze(-1)
+    return residual + torch.einsum("...rv,...rk->...vk", q.to(dtype), u.to(dtype))
+
+
+def check_tensor(name: str, t, dtype: torch.dtype, trailing: tuple[int, ...], lead: int | None = None):
+    """Raise TypeError/ValueError naming ``name`` unless ``t`` is a ``dtype`` tensor of shape
+    ``[*lead_dims, *trailing]`` with ``lead`` leading dims (any count when None)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
+    shape = tuple(t.shape)
+    n = len(trailing)
+    if shape[len(shape) - n:] != trailing or (lead is not None and len(shape) != lead + n):
+        lead_txt = "[B, H, " if lead == 2 else "[" if lead in (None, 0) else f"[{lead} dims, "
+        raise ValueError(f"{name} must have shape {lead_txt}{', '.join(map(str, trailing))}], got {list(shape)}")
+
+
+def check_batch(fields: dict[str, torch.Tensor]) -> tuple[int, torch.device]:
+    """Check run()'s inputs: dtypes, shapes ``[B, H, ...]``, one batch size, one device.
+
+    Returns ``(B, device)``. Raises TypeError for a wrong type or dtype, ValueError for a
+    wrong shape, a batch size that disagrees between inputs, or mixed devices.
+    """
+    specs = {**CHECKPOINT_FIELDS, **WINDOW_FIELDS}
+    batch = device = None
+    for name, (dtype, trailing) in specs.items():
+        t = fields[name]
+        check_tensor(name, t, dtype, trailing, lead=2)
+        if t.shape[1] != H:
+            raise ValueError(f"{name} must have {H} heads in dim 1, got {t.shape[1]}")
+        if batch is None:
+            batch, device = t.shape[0], t.device
+        elif t.shape[0] != batch:
+            raise ValueError(f"{name} has batch size {t.shape[0]}, but codes has {batch}")
+        elif t.device != device:
+            raise ValueError(f"{name} is on {t.device}, but codes is on {device}")
+    return batch, device
+
+
+def check_q0(q0, device: torch.device) -> None:
+    """q0 must be a contiguous fp32 ``[V, R]`` tensor on ``device``."""
+    check_tensor("q0", q0, *Q0_FIELD, lead=0)
+    if q0.device != device:
+        raise ValueError(f"q0 is on {q0.device}, expected {device}")
+    if not q0.is_contiguous():
+        raise ValueError("q0 must be contiguous")

@@ -1,0 +1,98 @@
+"""Plain PyTorch definition of the LeapQuant KDA flush (SPEC section 4), written to be read.
+
+Source: the LeapQuant paper (arXiv 2609.38166) and the NVlabs/kda request
+`requests/conless-leapquant-kda-flush`. Every function is batched over any leading
+dims (usually ``[B, H]``) and runs on CPU or GPU tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .format import decode
+from .geometry import EPS, NORM_FLOOR, QMAX
+
+
+def decay_since_append(gbuf: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``D[..., j, k] = prod_{i > j} gbuf[..., i, k]`` (so ``D[..., L-1, :] = 1``), in ``dtype``."""
+    g = gbuf.to(dtype)
+    later = torch.ones_like(g)
+    # reverse inclusive product of the entries after j, shifted by one
+    later[..., :-1, :] = g[..., 1:, :].flip(-2).cumprod(-2).flip(-2)
+    return later
+
+
+def rebuild(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, dtype: torch.dtype = torch.float32):
+    """State at the end of the window: the decayed old checkpoint plus the decayed window.
+
+    ``S = decode(checkpoint) * exp(pcum)[None, :] + sum_j w[j] ubuf[j][:, None] (kbuf[j] D_j)[None, :]``,
+    every intermediate in ``dtype``. Returns ``[..., V, K]``.
+    """
+    old = decode(codes, s_k, s_v, u, q, dtype) * torch.exp(pcum.to(dtype)).unsqueeze(-2)
+    keys = kbuf.to(dtype) * decay_since_append(gbuf, dtype)
+    values = w.to(dtype).unsqueeze(-1) * ubuf.to(dtype)
+    return old + torch.einsum("...jv,...jk->...vk", values, keys)
+
+
+def mgs(a: torch.Tensor) -> torch.Tensor:
+    """Modified Gram-Schmidt over the columns of ``a`` ``[..., N, R]``, projections applied
+    twice per column, each column divided by ``max(norm, NORM_FLOOR)``."""
+    cols = []
+    for r in range(a.shape[-1]):
+        v = a[..., r]
+        for _ in range(2):
+            for qj in cols:
+                v = v - (qj * v).sum(-1, keepdim=True) * qj
+        norm = torch.linalg.vector_norm(v, dim=-1, keepdim=True)
+        cols.append(v / norm.clamp_min(NORM_FLOOR))
+    return torch.stack(cols, dim=-1)
+
+
+def quantize(S: torch.Tensor, q0: torch.Tensor):
+    """Compress a state ``S`` ``[..., V, K]`` to a checkpoint (SPEC section 4, steps 3-6).
+
+    Returns ``(codes int8 [..., V, K], s_k fp32 [..., K], s_v fp32 [..., V],
+    u fp16 [..., R, K], q fp16 [..., R, V])``.
+    """
+    St = S.transpose(-1, -2)
+    qk = mgs(St @ q0.to(S.dtype))  # [..., K, R]
+    qv = mgs(S @ qk)  # [..., V, R]
+    uk = St @ qv  # [..., K, R]
+    u = uk.transpose(-1, -2).to(torch.float16)
+    q = qv.transpose(-1, -2).to(torch.float16)
+    E = S - q.transpose(-1, -2).to(S.dtype) @ u.to(S.dtype)
+    s_k = E.abs().mean(-2).sqrt().clamp_min(EPS)
+    s_v = (E.abs() / s_k.unsqueeze(-2)).amax(-1).clamp_min(EPS)
+    codes = torch.round(QMAX * E / (s_k.unsqueeze(-2) * s_v.unsqueeze(-1)))  # round half to even
+    codes = codes.clamp(-QMAX, QMAX).to(torch.int8)
+    return codes, s_k.float(), s_v.float(), u, q
+
+
+def reference(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
+    """The flush in fp32 PyTorch: rebuild the state, then re-quantize it (SPEC section 4).
+
+    Args (leading dims ``[...]``, usually ``[B, H]``):
+        codes int8 ``[..., V, K]``; s_k fp32 ``[..., K]``; s_v fp32 ``[..., V]``;
+        u fp16 ``[..., R, K]``; q fp16 ``[..., R, V]`` -- the old checkpoint.
+        kbuf bf16 ``[..., L, K]``; ubuf bf16 ``[..., L, V]``; gbuf fp16 ``[..., L, K]``;
+        w fp32 ``[..., L]``; pcum fp32 ``[..., K]`` -- the window.
+        q0 fp32 ``[V, R]``: the start basis of the subspace iteration, shared by all heads.
+
+    Returns:
+        ``(codes, s_k, s_v, u, q)``, new tensors with the input dtypes and shapes.
+
+    Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
+    """
+    # matmul on GPUs must not drop to TF32 here: this is the accuracy yardstick
+    with _full_fp32_matmul():
+        S = rebuild(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, torch.float32)
+        return quantize(S, q0)
+
+
+class _full_fp32_matmul:
+    def __enter__(self):
+        self._prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+    def __exit__(self, *exc):
+        torch.backends.cuda.matmul.allow_tf32 = self._prev

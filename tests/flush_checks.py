@@ -1,0 +1,71 @@
+"""Checks shared by the interpreted (CPU) and the CUDA kernel tests; each returns plain verdicts."""
+
+import torch
+
+from conftest import fill_pool, same_bits, snapshot
+from leapquant.kda import H, L, Pool, inputs, reference
+from leapquant.kda.criterion import evaluate
+from leapquant.kda.flush import launch_flush
+
+
+def functional(family: str, B: int, device, seed: int = 11) -> dict:
+    """Kernel into poisoned outputs (-128 is no valid code, NaN no valid scale or token), judged
+    against the fp32 reference; inputs must come back bit-identical."""
+    x = inputs.make(family, B, device, seed)
+    ckpt = tuple(x[n] for n in inputs.CHECKPOINT_ARGS)
+    new = tuple(torch.full_like(t, -128) if t.dtype == torch.int8 else torch.full_like(t, float("nan")) for t in ckpt)
+    copies = [t.clone() for t in x.values()]
+    launch_flush(ckpt, new, tuple(x[n] for n in inputs.FLUSH_ARGS[5:10]), x["q0"])
+    res = evaluate(x, new, inputs.chunked(reference, x))
+    return {"ok": res["ok"], "head": res["head"].worst_ratio, "batch_head": res["batch_head"].worst_ratio,
+            "inputs_unchanged": all(same_bits(a, b) for a, b in zip(x.values(), copies))}
+
+
+def due_pool(device, family: str = "structured", seed: int = 12):
+    """A 6-slot pool: slot 1 all due, slot 2 half its heads due (others at hcnt 0..L-1), slot 3 due
+    but left out of idx, slots 4-5 not due. Returns ``(pool, idx, due)``."""
+    pool = Pool(6, device)
+    fill_pool(pool, family, seed)
+    pool.hcnt[1] = L
+    pool.hcnt[2] = torch.arange(H, dtype=torch.int32, device=device) % (L + 1)
+    pool.hcnt[2, ::2] = L
+    pool.hcnt[3] = L
+    pool.hcnt[4] = L - 1
+    idx = torch.tensor([2, 0, -1, 5, 1, 4], dtype=torch.int32, device=device)
+    due = torch.zeros(6, H, dtype=torch.bool, device=device)
+    due[1] = True
+    due[2] = pool.hcnt[2] == L
+    return pool, idx, due
+
+
+def pool_mode(pool: Pool, idx, due, flush, q0) -> dict:
+    """Flush ``pool`` with ``flush(pool, idx, q0)``; judge flushed programs against the reference
+    on their old contents, check resets, and that every other byte stayed as it was."""
+    before = snapshot(pool)
+    flush(pool, idx, q0)
+    return judge_pool(pool, before, due, q0)
+
+
+def judge_pool(pool: Pool, before: dict, due, q0) -> dict:
+    old_ckpt = _views(pool, before["raw"])
+    old_win = tuple(before[n] for n in ("kbuf", "ubuf", "gbuf", "w", "pcum"))
+    slot, head = due.nonzero(as_tuple=True)
+    xs = {n: t[slot, head].unsqueeze(0) for n, t in zip(inputs.FLUSH_ARGS, old_ckpt + old_win)}
+    xs["q0"] = q0
+    got = tuple(t[slot, head].unsqueeze(0) for t in pool.checkpoint)
+    res = evaluate(xs, got, reference(**xs))
+    keep = ~due
+    untouched = all(same_bits(a[keep], b[keep]) for a, b in zip(pool.checkpoint, old_ckpt))
+    untouched &= all(same_bits(getattr(pool, n)[keep], before[n][keep]) for n in ("w", "pcum", "gbuf"))
+    untouched &= all(same_bits(getattr(pool, n), before[n]) for n in ("kbuf", "ubuf", "hcnt"))
+    # bytes outside every (slot, head) checkpoint: the offset block and the spare heads
+    outside = torch.ones(pool.raw.numel(), dtype=torch.bool, device=pool.raw.device)
+    outside[12288:].view(pool.num_slots, 33, -1)[:, :H] = False
+    untouched &= same_bits(pool.raw[outside], before["raw"][outside])
+    reset = bool((pool.w[due] == 0).all() and (pool.pcum[due] == 0).all() and (pool.gbuf[due] == 1).all())
+    return {"ok": res["ok"], "batch_head": res["batch_head"].worst_ratio, "untouched": untouched, "reset": reset}
+
+
+def _views(pool: Pool, raw):
+    """The checkpoint views of ``pool`` laid over another raw buffer."""
+    return tuple(raw.view(v.dtype).as_strided(v.shape, v.stride(), v.storage_offset()) for v in pool.checkpoint)

@@ -1,0 +1,24 @@
+"""Run the Triton flush kernel under TRITON_INTERPRET=1 (set by the caller) on small CPU cases;
+print one JSON line of verdicts. Used by test_kernel_interpreted.py in a subprocess, because the
+interpreter is chosen when the kernel module is imported."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+import flush_checks  # noqa: E402
+
+from leapquant.kda import inputs  # noqa: E402
+from leapquant.kda.flush import launch_flush  # noqa: E402
+
+
+def kernel_inplace(pool, idx, q0):
+    launch_flush(pool.checkpoint, pool.checkpoint, pool.window, q0, idx=idx, hcnt=pool.hcnt)
+
+
+out = {"interpreted": os.environ.get("TRITON_INTERPRET") == "1"}
+out["functional"] = {fam: flush_checks.functional(fam, 1, "cpu") for fam in inputs.FAMILIES}
+pool, idx, due = flush_checks.due_pool("cpu")
+out["pool"] = flush_checks.pool_mode(pool, idx, due, kernel_inplace, inputs.make("random", 1, "cpu", seed=13)["q0"])
+print(json.dumps(out))

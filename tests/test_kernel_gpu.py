@@ -1,0 +1,114 @@
+"""The Triton kernel on CUDA against the fp32 reference and the fp64 rebuild; serving semantics
+(due selection, resets, untouched bytes, CUDA graphs, streams). Skipped without CUDA."""
+
+import pytest
+import torch
+
+from conftest import requires_cuda, same_bits, snapshot
+import flush_checks
+from leapquant.kda import L, Pool, flush_inplace, inputs, run
+from leapquant.kda.flush import _flush_kernel
+
+pytestmark = [requires_cuda, pytest.mark.gpu]
+
+
+@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("family", inputs.FAMILIES)
+def test_kernel_meets_criterion_and_writes_every_output(family, B):
+    v = flush_checks.functional(family, B, "cuda")
+    assert v["ok"] and v["inputs_unchanged"], v
+
+
+def test_run_on_cuda_returns_fresh_tensors():
+    x = inputs.make("random", 2, "cuda", seed=4)
+    copies = {n: t.clone() for n, t in x.items()}
+    out = run(**x)
+    for n in x:
+        assert same_bits(x[n], copies[n]), n
+    assert all(o.data_ptr() != x[n].data_ptr() for o, n in zip(out, inputs.CHECKPOINT_ARGS))
+
+
+@pytest.mark.parametrize("family", ["structured", "random"])
+def test_flush_inplace_selects_resets_and_leaves_the_rest(family):
+    pool, idx, due = flush_checks.due_pool("cuda", family)
+    q0 = inputs.make("random", 1, "cuda", seed=13)["q0"]
+    v = flush_checks.pool_mode(pool, idx, due, flush_inplace, q0)
+    assert v["ok"] and v["untouched"] and v["reset"], v
+
+
+def _cache_size():
+    caches = getattr(_flush_kernel, "device_caches", None)
+    if caches is None:
+        pytest.skip("this triton keeps no device_caches")
+    return sum(len(c[0]) for c in caches.values())
+
+
+def test_flush_inplace_never_compiles_after_pool_build():
+    pool, idx, due = flush_checks.due_pool("cuda")
+    n = _cache_size()
+    q0 = inputs.make("random", 1, "cuda", seed=13)["q0"]
+    for sel in (idx, idx[1:], idx[:1], torch.tensor([3, 1], dtype=torch.int32, device="cuda")):
+        flush_inplace(pool, sel.contiguous(), q0)
+    flush_inplace(pool, idx, q0[:, :].clone())
+    torch.cuda.synchronize()
+    assert _cache_size() == n
+
+
+def test_cuda_graph_replay_nothing_due_then_due():
+    pool, idx, due = flush_checks.due_pool("cuda")
+    q0 = inputs.make("random", 1, "cuda", seed=13)["q0"]
+    hcnt_due = pool.hcnt.clone()
+    pool.hcnt.zero_()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        flush_inplace(pool, idx, q0)  # warm on the capture stream
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        flush_inplace(pool, idx, q0)
+    before = snapshot(pool)
+    graph.replay()
+    torch.cuda.synchronize()
+    for n, t in before.items():
+        assert same_bits(getattr(pool, n), t), n
+    pool.hcnt.copy_(hcnt_due)
+    before = snapshot(pool)
+    graph.replay()
+    torch.cuda.synchronize()
+    v = flush_checks.judge_pool(pool, before, due, q0)
+    assert v["ok"] and v["untouched"] and v["reset"], v
+
+
+def test_two_pools_on_two_streams_match_serial():
+    q0 = inputs.make("random", 1, "cuda", seed=13)["q0"]
+    made = [flush_checks.due_pool("cuda", fam, seed=s) for fam, s in (("random", 1), ("structured", 2))]
+    serial = []
+    for pool, idx, _ in made:
+        copy = Pool(pool.num_slots, "cuda")
+        for n in ("raw", "kbuf", "ubuf", "w", "pcum", "gbuf", "hcnt"):
+            getattr(copy, n).copy_(getattr(pool, n))
+        flush_inplace(copy, idx, q0)
+        serial.append(copy)
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    for (pool, idx, _), s in zip(made, streams):
+        with torch.cuda.stream(s):
+            flush_inplace(pool, idx, q0)
+    torch.cuda.synchronize()
+    for (pool, _, _), ref in zip(made, serial):
+        for n in ("raw", "kbuf", "ubuf", "w", "pcum", "gbuf", "hcnt"):
+            assert same_bits(getattr(pool, n), getattr(ref, n)), n
+
+
+def test_flushed_programs_stay_due_and_flush_again_empty():
+    pool, idx, due = flush_checks.due_pool("cuda")
+    q0 = inputs.make("random", 1, "cuda", seed=13)["q0"]
+    flush_inplace(pool, idx, q0)
+    assert bool((pool.hcnt[due] == L).all())
+    before = snapshot(pool)
+    flush_inplace(pool, idx, q0)  # empty window: the state is the old checkpoint, recompressed
+    v = flush_checks.judge_pool(pool, before, due, q0)
+    assert v["ok"] and v["untouched"], v

@@ -1,0 +1,153 @@
+"""Pool layout byte by byte (SPEC section 7), and flush_inplace / run semantics on the CPU path."""
+
+import numpy as np
+import pytest
+import torch
+
+from leapquant.kda import H, K, L, R, V, Pool, decode, flush_inplace, inputs, reference, run
+from leapquant.kda.geometry import POOL_OFFSET_WORDS as OFF, SLOT_WORDS as SS
+
+from conftest import fill_pool, same_bits, snapshot
+
+
+def region_bytes(pool, slot, head):
+    raw = pool.raw.numpy().view(np.uint8)
+    start = 4 * (OFF + slot * SS + head * V * K)
+    return raw[start : start + 19456]
+
+
+def test_pool_sizes_and_initial_values():
+    pool = Pool(3, "cpu")
+    assert pool.raw.dtype == torch.float32 and pool.raw.numel() == 3 * 33 * V * K + 12288
+    assert float(pool.raw.abs().sum()) == 0
+    expect = {"kbuf": (torch.bfloat16, (3, H, L, K), 0), "ubuf": (torch.bfloat16, (3, H, L, V), 0),
+              "w": (torch.float32, (3, H, L), 0), "pcum": (torch.float32, (3, H, K), 0),
+              "gbuf": (torch.float16, (3, H, L, K), 1), "hcnt": (torch.int32, (3, H), 0)}
+    for name, (dtype, shape, value) in expect.items():
+        t = getattr(pool, name)
+        assert t.dtype == dtype and tuple(t.shape) == shape and t.is_contiguous()
+        assert bool((t == value).all()), name
+
+
+def test_pool_views_land_at_spec_offsets():
+    pool = Pool(3, "cpu")
+    g = torch.Generator().manual_seed(0)
+    slot, head = 2, 31
+    codes = torch.randint(-127, 128, (V, K), generator=g).to(torch.int8)
+    s_k, s_v = torch.rand(K, generator=g), torch.rand(V, generator=g)
+    u, q = torch.randn(R, K, generator=g).half(), torch.randn(R, V, generator=g).half()
+    pool.codes[slot, head], pool.s_k[slot, head], pool.s_v[slot, head] = codes, s_k, s_v
+    pool.u[slot, head], pool.q[slot, head] = u, q
+    b = region_bytes(pool, slot, head)
+    assert np.array_equal(b[:16384].view(np.int8).reshape(V, K), codes.numpy())
+    assert np.array_equal(b[16384:16896].view(np.float32), s_k.numpy())
+    assert np.array_equal(b[16896:17408].view(np.float32), s_v.numpy())
+    uq = b[17408:19456].view(np.float16).reshape(R, K + V)
+    assert np.array_equal(uq[:, :K], u.numpy()) and np.array_equal(uq[:, K:], q.numpy())
+    # nothing else in raw changed: the spare head and every other region are zero
+    touched = np.zeros(pool.raw.numel() * 4, dtype=bool)
+    start = 4 * (OFF + slot * SS + head * V * K)
+    touched[start : start + 19456] = True
+    assert not pool.raw.numpy().view(np.uint8)[~touched].any()
+    assert pool.uq.shape == (3, H, R, K + V)
+
+
+def test_pool_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="num_slots"):
+        Pool(1, "cpu")
+    with pytest.raises(TypeError, match="num_slots"):
+        Pool(2.0, "cpu")
+
+
+def _due_pool(seed=0):
+    pool = Pool(5, "cpu")
+    fill_pool(pool, "random", seed)
+    pool.hcnt[1] = L
+    pool.hcnt[2, ::2] = L  # half the heads of slot 2 due
+    pool.hcnt[2, 1::4] = 7
+    pool.hcnt[3] = L  # slot 3 due but not selected
+    pool.hcnt[4] = 3
+    return pool
+
+
+def test_flush_inplace_flushes_exactly_the_due_programs():
+    pool = _due_pool()
+    before = snapshot(pool)
+    q0 = inputs.make("random", 1, "cpu", seed=9)["q0"]
+    idx = torch.tensor([0, 2, -1, 1, 4], dtype=torch.int32)
+    flush_inplace(pool, idx, q0)
+    due = torch.zeros(5, H, dtype=torch.bool)
+    due[1] = True
+    due[2, ::2] = True
+    slot, head = due.nonzero(as_tuple=True)
+    # flushed programs: the reference's checkpoint of their old state and window
+    old = Pool(5, "cpu")
+    old.raw.copy_(before["raw"])
+    for n in ("kbuf", "ubuf", "w", "pcum", "gbuf"):
+        getattr(old, n).copy_(before[n])
+    want = reference(*(t[slot, head] for t in old.checkpoint), *(t[slot, head] for t in old.window), q0)
+    expected = old  # the old pool with just the flushed checkpoints replaced
+    for view, exp in zip(expected.checkpoint, want):
+        view[slot, head] = exp
+    assert same_bits(pool.raw, expected.raw)
+    assert float(pool.w[slot, head].abs().sum()) == 0 and float(pool.pcum[slot, head].abs().sum()) == 0
+    assert bool((pool.gbuf[slot, head] == 1).all())
+    assert torch.equal(pool.hcnt, before["hcnt"])
+    keep = ~due
+    for n in ("kbuf", "ubuf"):
+        assert same_bits(getattr(pool, n), before[n])
+    for n in ("w", "pcum", "gbuf"):
+        assert same_bits(getattr(pool, n)[keep], before[n][keep])
+
+
+def test_flush_inplace_with_nothing_due_changes_nothing():
+    pool = _due_pool()
+    pool.hcnt.fill_(0)
+    before = snapshot(pool)
+    flush_inplace(pool, torch.tensor([1, 2, 3, 4], dtype=torch.int32), torch.randn(V, R))
+    for n, t in before.items():
+        assert same_bits(getattr(pool, n), t), n
+
+
+def test_run_returns_fresh_tensors_and_leaves_inputs_alone():
+    x = inputs.make("structured", 1, "cpu", seed=2)
+    copies = {n: t.clone() for n, t in x.items()}
+    out = run(**x)
+    for n in x:
+        assert torch.equal(x[n], copies[n]), n
+    for new, name in zip(out, inputs.CHECKPOINT_ARGS):
+        assert new.data_ptr() != x[name].data_ptr()
+    ref = reference(**x)
+    for a, b in zip(out, ref):
+        assert torch.equal(a, b)
+
+
+def test_bad_arguments_name_the_argument():
+    x = inputs.make("random", 1, "cpu")
+    with pytest.raises(TypeError, match="codes"):
+        run(**{**x, "codes": x["codes"].float()})
+    with pytest.raises(ValueError, match="ubuf"):
+        run(**{**x, "ubuf": x["ubuf"][..., :64]})
+    with pytest.raises(ValueError, match="batch size"):
+        run(**{**x, "w": torch.cat([x["w"], x["w"]])})
+    with pytest.raises(ValueError, match="q0"):
+        run(**{**x, "q0": x["q0"].t().contiguous().t()})
+    pool = Pool(2, "cpu")
+    with pytest.raises(TypeError, match="idx"):
+        flush_inplace(pool, torch.tensor([1]), x["q0"])
+    with pytest.raises(ValueError, match="contiguous"):
+        flush_inplace(pool, torch.tensor([1, 0, 1, 0], dtype=torch.int32)[::2], x["q0"])
+    with pytest.raises(ValueError, match="idx"):
+        pool.check_index(torch.tensor([1, 2], dtype=torch.int32))
+    with pytest.raises(ValueError, match="more than once"):
+        Pool(3, "cpu").check_index(torch.tensor([1, 1, 0, 0], dtype=torch.int32))
+
+
+def test_decode_matches_spec_formula():
+    x = inputs.make("random", 1, "cpu")
+    S = decode(*(x[n] for n in inputs.CHECKPOINT_ARGS), dtype=torch.float64)
+    c, sk, sv = x["codes"][0, 0].double(), x["s_k"][0, 0].double(), x["s_v"][0, 0].double()
+    u, q = x["u"][0, 0].double(), x["q"][0, 0].double()
+    v, k = 7, 100
+    expect = sum(q[r, v] * u[r, k] for r in range(R)) + c[v, k] * sk[k] / 127 * sv[v]
+    assert abs(float(S[0, 0, v, k] - expect)) < 1e-12

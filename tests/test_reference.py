@@ -1,0 +1,91 @@
+"""The fp32 reference against the fp64 rebuild, through the criterion (SPEC section 5)."""
+
+import pytest
+import torch
+
+from leapquant.kda import decode, inputs, reference
+from leapquant.kda.criterion import evaluate
+from leapquant.kda.naive import decay_since_append, mgs, quantize, rebuild
+
+B = 2
+
+
+@pytest.fixture(scope="module", params=inputs.FAMILIES)
+def case(request):
+    x = inputs.make(request.param, B, "cpu", seed=3)
+    return request.param, x, reference(**x)
+
+
+def test_reference_outputs_have_the_format(case):
+    _, x, (codes, s_k, s_v, u, q) = case
+    for new, name in zip((codes, s_k, s_v, u, q), inputs.CHECKPOINT_ARGS):
+        assert new.dtype == x[name].dtype and new.shape == x[name].shape
+    assert int(codes.abs().max()) <= 127
+    assert bool((s_k > 0).all()) and bool((s_v > 0).all())
+
+
+def test_reference_decodes_close_to_fp64_state(case):
+    fam, x, ckpt = case
+    names = inputs.FLUSH_ARGS[:-1]
+    S = rebuild(*(x[n] for n in names), dtype=torch.float64)
+    err = (decode(*ckpt, dtype=torch.float64) - S).abs().mean((-2, -1))
+    mag = S.abs().mean((-2, -1))
+    live = mag > 0
+    # int8 residual after a rank-4 fit: about 1% of mean|S| on the random family, less elsewhere
+    assert float((err[live] / mag[live]).max()) < 0.02
+    assert float(err[~live].sum()) == 0.0
+
+
+def test_fp64_pipeline_passes_against_fp32_reference(case):
+    fam, x, ref = case
+    S = rebuild(*(x[n] for n in inputs.FLUSH_ARGS[:-1]), dtype=torch.float64)
+    exact = quantize(S, x["q0"].double())
+    res = evaluate(x, exact, ref)
+    assert res["ok"], (res["head"].worst_ratio, res["batch_head"].worst_ratio)
+    assert res["batch_head"].worst_ratio < 1.01
+
+
+@pytest.mark.parametrize("damage", ["state_bf16", "codes_toward_zero"])
+def test_criterion_rejects_known_failures(damage):
+    # SPEC section 5: both are known to fail (1.03+ and 2.0)
+    x = inputs.make("random", B, "cpu", seed=5)
+    ref = reference(**x)
+    S = rebuild(*(x[n] for n in inputs.FLUSH_ARGS[:-1]))
+    if damage == "state_bf16":
+        bad = quantize(S.bfloat16().float(), x["q0"])
+    else:
+        codes, s_k, s_v, u, q = ref
+        E = S - q.float().transpose(-1, -2) @ u.float()
+        codes = torch.trunc(127 * E / (s_k[..., None, :] * s_v[..., :, None])).clamp(-127, 127).to(torch.int8)
+        bad = (codes, s_k, s_v, u, q)
+    res = evaluate(x, bad, ref)
+    assert not res["ok"]
+    assert res["batch_head"].worst_ratio > 1.02
+
+
+def test_decay_since_append_is_the_product_of_later_gates():
+    g = torch.rand(3, 16, 8, dtype=torch.float64) * 0.5 + 0.5
+    D = decay_since_append(g, torch.float64)
+    for j in range(16):
+        assert torch.allclose(D[:, j], g[:, j + 1 :].prod(1))
+
+
+def test_mgs_orthonormal_and_rank_deficient():
+    a = torch.randn(2, 128, 4)
+    x, y, q0 = torch.randn(128, 1), torch.randn(128, 1), torch.randn(128, 4)
+    a[1] = (x @ y.T).T @ q0  # a rank-1 state's start block, with fp32 rounding
+    qm = mgs(a)
+    gram = qm.transpose(-1, -2) @ qm
+    assert float((gram - torch.eye(4)).abs().max()) < 1e-5
+    zero = mgs(torch.zeros(1, 128, 4))
+    assert float(zero.abs().max()) == 0.0
+
+
+def test_structured_edge_heads_are_as_specified():
+    x = inputs.make("structured", 1, "cpu", seed=0)
+    assert int(x["codes"][0, inputs.ZERO].abs().max()) == 0 and float(x["w"][0, inputs.ZERO].sum()) == 0
+    assert float(x["w"][0, inputs.RANK1].sum()) == 1 and float(x["w"][0, inputs.RANK2].sum()) == 2
+    assert float((x["gbuf"][0, inputs.NO_DECAY, :, :32] == 1).float().mean()) == 1
+    assert float(x["pcum"][0, inputs.DECAYED].max()) < -199
+    hot = x["s_v"][0, 0, inputs.HOT_ROW] / x["s_v"][0, 0].median()
+    assert float(hot) > 10
