@@ -10,8 +10,14 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 { date -u; nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"; } > "$OUT/env.txt" 2>&1
 python3 -m pytest -q -m gpu tests/ > "$OUT/pytest_gpu.log" 2>&1
 echo "gpu tests: $(tail -n 1 "$OUT/pytest_gpu.log")"
-if [[ "${1:-}" == "--sweep" ]]; then
-  python3 scripts/sweep.py > "$OUT/sweep.log" 2>&1
-  cat "$OUT/sweep.log"
-fi
+for opt in "$@"; do
+  case "$opt" in
+    --sweep) python3 scripts/sweep.py ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1; grep -E "num_warps|bandwidth|Error" "$OUT/sweep.log" ;;
+    --ncu) ncu --clock-control none --kernel-name regex:_flush_kernel --launch-skip 1 --launch-count 1 \
+             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+             --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
+             python3 scripts/ncu_target.py 64 > "$OUT/ncu.txt" 2>&1
+           grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|Compute \(SM\)|Issue Slots Busy|No Eligible|Stall|Block Limit" "$OUT/ncu.txt" | head -40 ;;
+  esac
+done
 python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 12

@@ -63,3 +63,33 @@ def table(headers: list[str], rows: list[list]) -> str:
     lines = ["  ".join(c.rjust(wd) for c, wd in zip(r, widths)) for r in cells]
     lines.insert(1, "  ".join("-" * wd for wd in widths))
     return "\n".join(lines)
+
+
+_INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def identical_fraction(a, b) -> float:
+    """Fraction of the elements of the tensors in ``a`` that are bitwise equal to the matching
+    elements of ``b`` (pairs of equal shape and dtype), pooled over all pairs. Compared as raw
+    bits, so ``-0.0`` differs from ``0.0`` and identical NaN patterns count as equal."""
+    same = total = 0
+    for x, y in zip(a, b, strict=True):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            raise ValueError(f"cannot compare {x.dtype}{list(x.shape)} with {y.dtype}{list(y.shape)}")
+        dt = _INT_VIEW[x.element_size()]
+        same += int((x.contiguous().view(dt) == y.contiguous().view(dt)).sum())
+        total += x.numel()
+    return same / total if total else float("nan")
+
+
+def relative_error(err: torch.Tensor, mag: torch.Tensor) -> float:
+    """``mean |decode - S| / mean |S|`` over a whole case, from the per-program ``err`` and
+    ``mag`` of ``criterion.evaluate`` (every program has V x K elements, so sums suffice)."""
+    return float(err.sum() / mag.sum())
+
+
+def markdown_table(headers: list[str], rows: list[list]) -> str:
+    """A GitHub-flavoured markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)

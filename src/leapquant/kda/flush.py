@@ -39,9 +39,9 @@ def _mma(a, b, acc, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _dot_fp32(x, yh, yl, UPCAST: tl.constexpr):
-    # x @ (yh + yl) with x split too; the dropped lo*lo term is ~2^-18 relative
-    xh, xl = _split_bf16(x)
+def _dot_fp32(xh, xl, y, UPCAST: tl.constexpr):
+    # (xh + xl) @ y with y split too; the dropped lo*lo term is ~2^-18 relative
+    yh, yl = _split_bf16(y)
     acc = _mma(xh, yh, None, UPCAST)
     acc = _mma(xh, yl, acc, UPCAST)
     acc = _mma(xl, yh, acc, UPCAST)
@@ -49,20 +49,20 @@ def _dot_fp32(x, yh, yl, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _orthonormal_rows(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr):
-    # Gram-Schmidt over the first RANK rows of x [RANK_PAD, N], each projected out twice
-    # (classical GS twice: same result as the reference's MGS2 up to rounding, fewer
-    # dependent reductions); rows >= RANK come back zero.
-    rows = tl.arange(0, x.shape[0])[:, None]
+def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr):
+    # Gram-Schmidt over the first RANK columns of x [N, RANK_PAD], each projected out twice
+    # (classical GS twice: the reference's MGS2 up to rounding, with fewer dependent
+    # reductions); columns >= RANK come back zero.
+    cols = tl.arange(0, x.shape[1])[None, :]
     out = tl.zeros_like(x)
     for r in tl.static_range(RANK):
-        v = tl.sum(tl.where(rows == r, x, 0.0), axis=0)
+        v = tl.sum(tl.where(cols == r, x, 0.0), axis=1)
         if r > 0:
             for _ in tl.static_range(2):
-                coef = tl.sum(out * v[None, :], axis=1)
-                v = v - tl.sum(out * coef[:, None], axis=0)
+                coef = tl.sum(out * v[:, None], axis=0)
+                v = v - tl.sum(out * coef[None, :], axis=1)
         norm = tl.sqrt_rn(tl.sum(v * v, axis=0))
-        out = tl.where(rows == r, (v / tl.maximum(norm, NORM_MIN))[None, :], out)
+        out = tl.where(cols == r, (v / tl.maximum(norm, NORM_MIN))[:, None], out)
     return out
 
 
@@ -128,16 +128,18 @@ def _flush_kernel(
     s = _mma(vals_t, kh, s, UPCAST)
     s = _mma(vals_t, kl, s, UPCAST)
 
-    # one round of subspace iteration, rank-major [RP, N] tensors
+    # one round of subspace iteration on [N, RANK_PAD] blocks: S stays fp32 for the residual
+    # and meets the tensor cores as a bf16 hi/lo pair
     sh, sl = _split_bf16(s)
-    q0_t = tl.load(q0 + v[None, :] * NR + r[:, None], mask=live[:, None], other=0.0)  # [RP, V]
-    qk_t = _orthonormal_rows(_dot_fp32(q0_t, sh, sl, UPCAST), NR, NORM_MIN)  # [RP, K]
-    qv_t = _orthonormal_rows(_dot_fp32(qk_t, tl.trans(sh), tl.trans(sl), UPCAST), NR, NORM_MIN)  # [RP, V]
-    u_new = _dot_fp32(qv_t, sh, sl, UPCAST).to(tl.float16)  # [RP, K]
-    q_new = qv_t.to(tl.float16)
+    sht, slt = tl.trans(sh), tl.trans(sl)
+    q0p = tl.load(q0 + v[:, None] * NR + r[None, :], mask=live[None, :], other=0.0)  # [V, RP]
+    qk = _orthonormal_cols(_dot_fp32(sht, slt, q0p, UPCAST), NR, NORM_MIN)  # [K, RP]
+    qv = _orthonormal_cols(_dot_fp32(sh, sl, qk, UPCAST), NR, NORM_MIN)  # [V, RP]
+    u_new = tl.trans(_dot_fp32(sht, slt, qv, UPCAST)).to(tl.float16)  # [RP, K]
+    q_new_t = qv.to(tl.float16)  # [V, RP]
 
-    # residual against the rounded tokens; fp16 x fp16 products again exact
-    e = (sh.to(tl.float32) + sl.to(tl.float32)) - _mma(tl.trans(q_new), u_new, None, UPCAST)
+    # residual against the rounded tokens: fp16 x fp16 products are exact in fp32
+    e = _mma(-q_new_t, u_new, s, UPCAST)
     ae = tl.abs(e)
     s_k_new = tl.maximum(tl.sqrt_rn(tl.sum(ae, axis=0) * (1.0 / NV)), SCALE_MIN)
     inv_k = 1.0 / s_k_new
@@ -151,7 +153,7 @@ def _flush_kernel(
     tl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + k, s_k_new)
     tl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + v, s_v_new)
     tl.store(u_out + slot * U_SLOT + head * U_HEAD + r[:, None] * U_ROW + k[None, :], u_new, mask=live[:, None])
-    tl.store(q_out + slot * Q_SLOT + head * Q_HEAD + r[:, None] * Q_ROW + v[None, :], q_new, mask=live[:, None])
+    tl.store(q_out + slot * Q_SLOT + head * Q_HEAD + r[None, :] * Q_ROW + v[:, None], q_new_t, mask=live[None, :])
     if IN_PLACE:
         # every thread's window loads are consumed before any reset lands
         tl.debug_barrier()

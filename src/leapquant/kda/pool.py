@@ -42,9 +42,9 @@ class Pool:
         if num_slots < 2:
             raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
         self.num_slots = num_slots
-        self.device = torch.device(device)
-        NS, dev = num_slots, self.device
-        self.raw = torch.zeros(NS * SLOT_WORDS + POOL_OFFSET_WORDS, dtype=torch.float32, device=dev)
+        NS = num_slots
+        self.raw = torch.zeros(NS * SLOT_WORDS + POOL_OFFSET_WORDS, dtype=torch.float32, device=device)
+        self.device = dev = self.raw.device  # "cuda" resolved to "cuda:N", as tensors report it
         self.codes = self._view(torch.int8, (NS, H, V, K), (K, 1), CODES_BYTES)
         self.s_k = self._view(torch.float32, (NS, H, K), (1,), SK_BYTES)
         self.s_v = self._view(torch.float32, (NS, H, V), (1,), SV_BYTES)

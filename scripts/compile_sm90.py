@@ -1,0 +1,74 @@
+"""Compile the flush kernel for sm_90 without a GPU (Triton's bundled ptxas) and report
+registers, spills and shared memory; optionally dump TTGIR/PTX/SASS to a folder.
+
+    python scripts/compile_sm90.py [--num-warps 8] [--in-place] [--dump DIR]
+"""
+
+import argparse
+import os
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from leapquant.kda import flush
+
+POINTERS = {
+    "codes_in": "*i8", "sk_in": "*fp32", "sv_in": "*fp32", "u_in": "*fp16", "q_in": "*fp16",
+    "codes_out": "*i8", "sk_out": "*fp32", "sv_out": "*fp32", "u_out": "*fp16", "q_out": "*fp16",
+    "kbuf": "*bf16", "ubuf": "*bf16", "gbuf": "*fp16", "w": "*fp32", "pcum": "*fp32", "q0": "*fp32",
+    "idx": "*i32", "hcnt": "*i32",
+}
+DENSE_STRIDES = dict(C_SLOT=32 * 16384, C_HEAD=16384, SK_SLOT=32 * 128, SK_HEAD=128, SV_SLOT=32 * 128,
+                     SV_HEAD=128, U_SLOT=32 * 512, U_HEAD=512, U_ROW=128, Q_SLOT=32 * 512, Q_HEAD=512, Q_ROW=128)
+
+
+def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None):
+    fn = flush._flush_kernel.fn if hasattr(flush._flush_kernel, "fn") else flush._flush_kernel
+    params = [p.name for p in flush._flush_kernel.params]
+    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "UPCAST": False, **flush._CONSTANTS, **(extra or {})}
+    sig = {}
+    for name in params:
+        sig[name] = POINTERS.get(name, "constexpr")
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params) if n in POINTERS and n not in ("q0", "idx")}
+    src = ASTSource(flush._flush_kernel, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params},
+                    attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+
+
+def resource_usage(cubin: bytes) -> str:
+    """Registers, stack (spills) and SASS instruction mix through the cuobjdump Triton ships."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        res = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+    line = [ln.strip() for ln in res.splitlines() if "REG:" in ln]
+    ops = [ln.split(";")[0].split()[1] for ln in sass.splitlines() if ln.strip().startswith("/*") and "*/" in ln
+           and len(ln.split("*/", 1)[1].split()) > 0 for _ in [0]]
+    mix = {op: sum(1 for o in ops if o.startswith(op)) for op in ("HGMMA", "HMMA", "LDL", "STL", "BAR", "SHFL", "LDS", "STS", "F2F", "I2F", "F2I")}
+    return f"{line[0] if line else res}\nSASS instructions {len(ops)}: " + " ".join(f"{k}={v}" for k, v in mix.items())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--num-warps", type=int, default=flush.NUM_WARPS)
+    ap.add_argument("--in-place", action="store_true")
+    ap.add_argument("--dump", default=None)
+    args = ap.parse_args()
+    k = compile_kernel(args.num_warps, args.in_place)
+    print(f"num_warps={args.num_warps} shared={k.metadata.shared} bytes")
+    print(resource_usage(k.asm["cubin"]))
+    if args.dump:
+        os.makedirs(args.dump, exist_ok=True)
+        for ext, text in k.asm.items():
+            mode = "wb" if isinstance(text, bytes) else "w"
+            with open(os.path.join(args.dump, f"flush.{ext}"), mode) as f:
+                f.write(text)
+
+
+if __name__ == "__main__":
+    main()
