@@ -14,7 +14,9 @@ from leapquant.kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch-sizes", default="256")
-    ap.add_argument("--num-warps", default="4,8,16")
+    ap.add_argument("--num-warps", default="8")
+    ap.add_argument("--persistent", default="0,1", help="pool grid: one CTA per candidate (0) or resident CTAs (1)")
+    ap.add_argument("--due", default="1", help="fractions of programs due")
     args = ap.parse_args()
     bw = bench.copy_bandwidth("cuda")
     q0 = inputs.make("random", 1, "cuda", seed=1)["q0"]
@@ -26,11 +28,14 @@ def main():
         k = flush_mod.launch_flush(ck, tuple(torch.empty_like(t) for t in ck),
                                    tuple(x[n] for n in inputs.FLUSH_ARGS[5:10]), q0)
         regs, spills = getattr(k, "n_regs", "?"), getattr(k, "n_spills", "?")
-        for B in map(int, args.batch_sizes.split(",")):
-            t = bench.time_flush(B, "cuda", q0)["median_ms"]
-            floor = B * H * FLOOR_BYTES_PER_PROGRAM / bw * 1e3
-            print(f"num_warps={nw:2d} regs={regs} spills={spills} B={B:4d} {t:.4f} ms  floor {floor:.4f}  x{t / floor:.2f}",
-                  flush=True)
+        for persistent in map(int, args.persistent.split(",")):
+            flush_mod.PERSISTENT_POOL = bool(persistent)
+            for frac in map(float, args.due.split(",")):
+                for B in map(int, args.batch_sizes.split(",")):
+                    t = bench.time_flush(B, "cuda", q0, due_fraction=frac)["median_ms"]
+                    floor = B * H * FLOOR_BYTES_PER_PROGRAM / bw * 1e3
+                    print(f"num_warps={nw:2d} regs={regs} spills={spills} persistent={persistent} due={frac:.4f} "
+                          f"B={B:4d} {t:.4f} ms  floor {floor:.4f}  x{t / floor:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ pytestmark = [requires_cuda, pytest.mark.gpu]
 
 
 @pytest.mark.parametrize("B", [1, 3])
-@pytest.mark.parametrize("family", inputs.FAMILIES)
+@pytest.mark.parametrize("family", inputs.FAMILIES + inputs.STRESS_FAMILIES)
 def test_kernel_meets_criterion_and_writes_every_output(family, B):
     v = flush_checks.functional(family, B, "cuda")
     assert v["ok"] and v["inputs_unchanged"], v
@@ -112,3 +112,35 @@ def test_flushed_programs_stay_due_and_flush_again_empty():
     flush_inplace(pool, idx, q0)  # empty window: the state is the old checkpoint, recompressed
     v = flush_checks.judge_pool(pool, before, due, q0)
     assert v["ok"] and v["untouched"], v
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_flush_inplace_any_selection_pattern(seed):
+    g = torch.Generator().manual_seed(seed)
+    pool, _, _ = flush_checks.due_pool("cuda", "random", seed)
+    hcnt = torch.randint(0, L + 1, pool.hcnt.shape, generator=g, dtype=torch.int32)
+    hcnt[:, ::3] = L  # plenty due
+    pool.hcnt.copy_(hcnt)
+    perm = torch.randperm(pool.num_slots - 1, generator=g)[: 2 + seed] + 1
+    idx = torch.cat([perm, torch.tensor([0, -1])])[torch.randperm(len(perm) + 2, generator=g)].to(torch.int32)
+    due = torch.zeros_like(hcnt, dtype=torch.bool)
+    due[perm] = hcnt[perm] == L
+    q0 = inputs.make("random", 1, "cuda", seed=seed)["q0"]
+    v = flush_checks.pool_mode(pool, idx.cuda(), due.cuda(), flush_inplace, q0)
+    assert v["ok"] and v["untouched"] and v["reset"], v
+
+
+def test_bad_arguments_on_cuda():
+    pool = Pool(2, "cuda")
+    q0 = torch.randn(128, 4, device="cuda")
+    with pytest.raises(ValueError, match="idx"):
+        flush_inplace(pool, torch.ones(1, dtype=torch.int32), q0)
+    with pytest.raises(TypeError, match="idx"):
+        flush_inplace(pool, torch.ones(1, dtype=torch.int64, device="cuda"), q0)
+    with pytest.raises(ValueError, match="q0"):
+        flush_inplace(pool, torch.ones(1, dtype=torch.int32, device="cuda"), q0.cpu())
+    x = inputs.make("random", 1, "cuda")
+    with pytest.raises(ValueError, match="q0"):
+        run(**{**x, "q0": x["q0"].cpu()})
+    with pytest.raises(ValueError, match="pcum"):
+        run(**{**x, "pcum": x["pcum"].cpu()})

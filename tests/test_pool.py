@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from leapquant.kda import H, K, L, R, V, Pool, decode, flush_inplace, inputs, reference, run
+from leapquant.kda import H, K, L, R, V, Pool, decode, flush_inplace, inputs, run
+from leapquant.kda.naive import flush_cpu
 from leapquant.kda.geometry import POOL_OFFSET_WORDS as OFF, SLOT_WORDS as SS
 
 from conftest import fill_pool, same_bits, snapshot
@@ -85,7 +86,7 @@ def test_flush_inplace_flushes_exactly_the_due_programs():
     old.raw.copy_(before["raw"])
     for n in ("kbuf", "ubuf", "w", "pcum", "gbuf"):
         getattr(old, n).copy_(before[n])
-    want = reference(*(t[slot, head] for t in old.checkpoint), *(t[slot, head] for t in old.window), q0)
+    want = flush_cpu(*(t[slot, head] for t in old.checkpoint), *(t[slot, head] for t in old.window), q0)
     expected = old  # the old pool with just the flushed checkpoints replaced
     for view, exp in zip(expected.checkpoint, want):
         view[slot, head] = exp
@@ -117,8 +118,7 @@ def test_run_returns_fresh_tensors_and_leaves_inputs_alone():
         assert torch.equal(x[n], copies[n]), n
     for new, name in zip(out, inputs.CHECKPOINT_ARGS):
         assert new.data_ptr() != x[name].data_ptr()
-    ref = reference(**x)
-    for a, b in zip(out, ref):
+    for a, b in zip(out, flush_cpu(**x)):
         assert torch.equal(a, b)
 
 
@@ -151,3 +151,51 @@ def test_decode_matches_spec_formula():
     v, k = 7, 100
     expect = sum(q[r, v] * u[r, k] for r in range(R)) + c[v, k] * sk[k] / 127 * sv[v]
     assert abs(float(S[0, 0, v, k] - expect)) < 1e-12
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_flush_inplace_any_selection_pattern(seed):
+    g = torch.Generator().manual_seed(seed)
+    pool = Pool(7, "cpu")
+    fill_pool(pool, "random", seed)
+    pool.hcnt.copy_(torch.randint(0, L + 1, (7, H), generator=g, dtype=torch.int32))
+    perm = torch.randperm(6, generator=g)[: 3 + seed] + 1
+    idx = torch.cat([perm, torch.tensor([0, -1])])[torch.randperm(len(perm) + 2, generator=g)].to(torch.int32)
+    before = snapshot(pool)
+    q0 = torch.randn(V, R, generator=g)
+    flush_inplace(pool, idx, q0)
+    due = torch.zeros(7, H, dtype=torch.bool)
+    due[perm] = before["hcnt"][perm] == L
+    slot, head = due.nonzero(as_tuple=True)
+    old = Pool(7, "cpu")
+    old.raw.copy_(before["raw"])
+    for n in ("kbuf", "ubuf", "w", "pcum", "gbuf"):
+        getattr(old, n).copy_(before[n])
+    want = flush_cpu(*(t[slot, head] for t in old.checkpoint), *(t[slot, head] for t in old.window), q0)
+    for view, exp in zip(old.checkpoint, want):
+        view[slot, head] = exp
+    assert same_bits(pool.raw, old.raw)
+    keep = ~due
+    for n in ("w", "pcum", "gbuf"):
+        assert same_bits(getattr(pool, n)[keep], before[n][keep])
+    assert bool((pool.w[due] == 0).all() and (pool.gbuf[due] == 1).all() and (pool.pcum[due] == 0).all())
+    assert torch.equal(pool.hcnt, before["hcnt"])
+
+
+def test_more_bad_arguments():
+    x = inputs.make("random", 1, "cpu")
+    with pytest.raises(TypeError, match="q0"):
+        run(**{**x, "q0": x["q0"].double()})
+    with pytest.raises(ValueError, match="q0"):
+        run(**{**x, "q0": x["q0"][:64]})
+    with pytest.raises(ValueError, match="heads"):
+        run(**{**x, "s_k": x["s_k"].expand(1, 32, 128)[:, :16]})
+    with pytest.raises(TypeError, match="gbuf"):
+        run(**{**x, "gbuf": x["gbuf"].float()})
+    with pytest.raises(TypeError, match="kbuf"):
+        run(**{**x, "kbuf": [1, 2]})
+    pool = Pool(2, "cpu")
+    with pytest.raises(TypeError, match="pool"):
+        flush_inplace("pool", torch.zeros(1, dtype=torch.int32), x["q0"])
+    with pytest.raises(ValueError, match="1-D"):
+        flush_inplace(pool, torch.zeros(1, 1, dtype=torch.int32), x["q0"])

@@ -1,4 +1,4 @@
-"""``python -m leapquant.precision`` end to end on the CPU path, where run() is the fp32 reference."""
+"""``python -m leapquant.precision`` end to end on the CPU path (run() = the fp32 PyTorch flush)."""
 
 import json
 import math
@@ -33,20 +33,25 @@ def test_exit_status_and_one_record_per_family(outputs):
         assert c["batch_size"] == 1 and c["ok"] is True
 
 
-def test_cpu_candidate_is_the_reference(outputs):
+def test_cpu_candidate_is_close_to_the_reference(outputs):
     _, data, _ = outputs
-    for c in data["cases"]:
-        # run() on the CPU is the fp32 reference: bitwise the same checkpoint
-        assert c["codes_identical"] == 1.0 and c["scales_identical"] == 1.0
-        assert c["rel_error"] == c["rel_error_reference"]
-    for c in data["cases"]:
-        if c["family"] in inputs.FAMILIES:
-            assert c["worst_ratio_head"] == 1.0 and c["worst_ratio_batch_head"] == 1.0
-            assert c["median_ratio_batch_head"] == 1.0
-            # int8 residual after a rank-4 fit: a few tenths of a percent of mean|S|
-            assert math.isfinite(c["rel_error"]) and 0 < c["rel_error"] < 0.05
-    structured = next(c for c in data["cases"] if c["family"] == "structured")
-    assert structured["heads_under_cap"] >= 1  # the zero / rank-1 edge heads are captured exactly
+    cases = {c["family"]: c for c in data["cases"]}
+    # run() on the CPU is the reference plus token balancing, which only changes the fp16
+    # rounding of token entries near fp16's subnormal range: nearly the same checkpoint
+    for fam in ("random", "deep_decay"):
+        c = cases[fam]
+        assert c["codes_identical"] > 0.99 and c["scales_identical"] > 0.9, fam
+        assert abs(c["rel_error"] / c["rel_error_reference"] - 1) < 1e-3
+        assert abs(c["worst_ratio_batch_head"] - 1) < 1e-3
+    for fam in inputs.FAMILIES:
+        c = cases[fam]
+        assert c["worst_ratio_batch_head"] <= 1.01
+        # int8 residual after a rank-4 fit: a few tenths of a percent of mean|S|
+        assert math.isfinite(c["rel_error"]) and 0 < c["rel_error"] < 0.05
+    assert cases["structured"]["heads_under_cap"] >= 1  # the zero / rank-1 edge heads are captured
+    # the stress families: the reference's fp16 tokens overflow (null error) or lose the state
+    assert cases["coherent_huge"]["rel_error_reference"] is None and cases["coherent_huge"]["rel_error"] < 1e-4
+    assert cases["tiny_state"]["rel_error"] < 0.5 * cases["tiny_state"]["rel_error_reference"]
 
 
 def test_markdown_and_histogram(outputs):

@@ -89,3 +89,33 @@ def test_structured_edge_heads_are_as_specified():
     assert float(x["pcum"][0, inputs.DECAYED].max()) < -199
     hot = x["s_v"][0, 0, inputs.HOT_ROW] / x["s_v"][0, 0].median()
     assert float(hot) > 10
+
+
+def test_balance_tokens_keeps_the_product_and_balances():
+    from leapquant.kda.naive import balance_tokens
+
+    uk = torch.randn(3, 128, 4) * torch.tensor([1e5, 1.0, 1e-9, 0.0])
+    qv = torch.randn(3, 128, 4) * 0.1
+    u2, q2 = balance_tokens(uk, qv)
+    assert torch.equal(q2 @ u2.transpose(-1, -2), qv @ uk.transpose(-1, -2))  # powers of two: exact
+    mu, mq = u2.abs().amax(-2), q2.abs().amax(-2)
+    live = mu[..., :3]
+    assert float((live / mq[..., :3]).log2().abs().max()) <= 1.0 + 1e-6  # within a factor 2 of each other
+    assert float(mu[..., 3].abs().max()) == 0 and torch.equal(q2[..., 3], qv[..., 3])
+
+
+@pytest.mark.parametrize("family", inputs.STRESS_FAMILIES)
+def test_cpu_flush_covers_the_domain(family):
+    from leapquant.kda.naive import flush_cpu
+
+    x = inputs.make(family, B, "cpu", seed=6)
+    ref = reference(**x)
+    res = evaluate(x, flush_cpu(**x), ref)
+    assert res["well_formed"] and res["ok"], (res["batch_head"].worst_ratio, res["batch_head"].worst_cap_ratio)
+    rel = float(res["err"].sum() / res["mag"].sum())
+    assert rel < 5e-3
+    if family == "coherent_huge":
+        # the trap: the reference's fp16 u overflows on a coherent |S| ~ 8e3 state
+        assert not bool(torch.isfinite(ref[3].float()).all())
+    if family == "tiny_state":
+        assert rel < 0.5 * float(res["err_ref"].sum() / res["mag"].sum())

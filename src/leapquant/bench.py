@@ -18,11 +18,13 @@ import torch
 from .kda import L, Pool, flush_inplace, inputs, reference
 from .kda.criterion import FORMS
 from .kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
-from .report import accuracy_case, environment, parse_sizes, pick_device, table, write_json
+from .report import accuracy_case, environment, fmt, parse_sizes, pick_device, table, write_json
 
 KERNEL_NAME = "_flush_kernel"
 WARMUP, TIMED, SETS = 4, 16, 8
 DEFAULT_SIZES = "16,32,64,128,256,512"
+# steady state (SPEC section 7): (label, batch size, fraction of programs due)
+STEADY_STATE = (("nothing due", 512, 0.0), ("1 in 16 due", 256, 1 / 16))
 CPU_SIZES = "2"
 
 
@@ -58,25 +60,31 @@ def kernel_times_ms(fn, calls: int, name: str = KERNEL_NAME) -> list[float]:
     return times
 
 
-def fill_pool(pool: Pool, sets: list[torch.Tensor], seed: int) -> dict:
-    """Give every slot of ``sets`` a random-family checkpoint and window, mark all due; returns
-    the gate history (w, gbuf, pcum) per set, to restore after a flush resets it."""
+def fill_pool(pool: Pool, sets: list[torch.Tensor], seed: int, due_fraction: float = 1.0) -> dict:
+    """Give every slot of ``sets`` a random-family checkpoint and window; mark each program due
+    (``hcnt = L``) with probability ``due_fraction`` (1: all, 0: none), the others at a fill
+    count below L. Returns the gate history (w, gbuf, pcum) per set, to restore after a flush."""
     saved = {}
+    gen = torch.Generator(device=pool.device).manual_seed(seed)
     for s, slots in enumerate(sets):
         x = inputs.make("random", slots.numel(), pool.device, seed + s)
         sl = slots.long()
         for view, name in zip(pool.checkpoint + pool.window, inputs.FLUSH_ARGS):
             view[sl] = x[name]
         saved[s] = (x["w"], x["gbuf"], x["pcum"])
-    pool.hcnt.fill_(L)
+        shape = (slots.numel(), H)
+        due = torch.rand(shape, generator=gen, device=pool.device) < due_fraction
+        partial = torch.randint(0, L, shape, generator=gen, device=pool.device, dtype=torch.int32)
+        pool.hcnt[sl] = torch.where(due, torch.full_like(partial, L), partial)
     return saved
 
 
-def time_flush(B: int, device, q0: torch.Tensor) -> dict:
-    """Median kernel time (ms) of flush_inplace with B sequences x H heads all due."""
+def time_flush(B: int, device, q0: torch.Tensor, due_fraction: float = 1.0) -> dict:
+    """Median kernel time (ms) of flush_inplace over B sequences x H heads, each due with
+    probability ``due_fraction``."""
     pool = Pool(SETS * B + 1, device)
     sets = [torch.arange(1 + s * B, 1 + (s + 1) * B, dtype=torch.int32, device=device) for s in range(SETS)]
-    saved = fill_pool(pool, sets, seed=1000 + B)
+    saved = fill_pool(pool, sets, seed=1000 + B, due_fraction=due_fraction)
 
     def call(i):
         s = i % SETS
@@ -105,6 +113,11 @@ def time_reference(B: int, device, reps: int = 3) -> float:
     return statistics.median(times[1:])
 
 
+def _stress_cell(a: dict) -> str:
+    return (f"{'PASS' if a['ok'] else 'FAIL'} {fmt(a['worst_ratio_batch_head'])} | "
+            f"{fmt(a['worst_cap_ratio_batch_head'])}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m leapquant.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch-sizes", default=None, help=f"comma list (default {DEFAULT_SIZES}; {CPU_SIZES} on CPU)")
@@ -121,7 +134,7 @@ def main(argv=None) -> int:
           f"triton={env['triton']}")
     timing = on_gpu and not args.skip_timing
     if not on_gpu:
-        print("no CUDA device: judging the CPU reference path (run() = fp32 reference) at small batch; "
+        print("no CUDA device: judging the CPU path (the fp32 PyTorch flush) at small batch; "
               "timing skipped")
     bandwidth = copy_bandwidth(device) if timing else None
     if bandwidth:
@@ -130,9 +143,10 @@ def main(argv=None) -> int:
               f"{FLOOR_BYTES_PER_PROGRAM} B/program / bandwidth")
 
     rows, all_ok = [], True
+    families = inputs.FAMILIES + inputs.STRESS_FAMILIES
     for B in sizes:
         row = {"batch_size": B, "programs": B * H, "accuracy": {}}
-        for fam in inputs.FAMILIES:
+        for fam in families:
             _, _, _, res = accuracy_case(fam, B, device, seed=B)
             row["accuracy"][fam] = {
                 "ok": res["ok"], "well_formed": res["well_formed"],
@@ -151,8 +165,14 @@ def main(argv=None) -> int:
         print(f"  B={B} done: {'PASS' if row['ok'] else 'FAIL'}"
               + (f", {row['flush']['median_ms']:.4f} ms" if timing else ""), flush=True)
 
+    steady = []
+    if timing:
+        q0 = inputs.make("random", 1, device, seed=7)["q0"]
+        for label, B, frac in STEADY_STATE:
+            steady.append({"mode": label, "batch_size": B, "due_fraction": frac,
+                           **time_flush(B, device, q0, due_fraction=frac)})
     if args.json:
-        write_json(args.json, {"env": env, "rows": rows})
+        write_json(args.json, {"env": env, "rows": rows, "steady_state": steady})
     headers = ["B"] + [f"{f[:6]} {form}" for f in inputs.FAMILIES for form in ("head", "b,h")] + ["verdict"]
     if timing:
         headers += ["flush ms", "floor ms", "x floor", "torch ms"]
@@ -161,7 +181,7 @@ def main(argv=None) -> int:
         cells = [row["batch_size"]]
         for fam in inputs.FAMILIES:
             a = row["accuracy"][fam]
-            cells += [f"{a['worst_ratio_head']:.4f}", f"{a['worst_ratio_batch_head']:.4f}"]
+            cells += [fmt(a["worst_ratio_head"]), fmt(a["worst_ratio_batch_head"])]
         cells.append("PASS" if row["ok"] else "FAIL")
         if timing:
             t = row["flush"]["median_ms"]
@@ -169,6 +189,14 @@ def main(argv=None) -> int:
         out.append(cells)
     print("\nworst err/err_ref per family and form (bound 1.01; captured heads judged by the 1e-3 cap)")
     print(table(headers, out))
+    stress = [[row["batch_size"]] + [_stress_cell(row["accuracy"][f]) for f in inputs.STRESS_FAMILIES] for row in rows]
+    print("\nstress families: worst err/err_ref (n/a: the fp32 reference is not finite) | worst err/cap")
+    print(table(["B", *inputs.STRESS_FAMILIES], stress))
+    if steady:
+        print("\nsteady state (flush kernel, L2-cold)")
+        print(table(["mode", "B", "median ms", "min ms", "max ms"],
+                    [[t["mode"], t["batch_size"], f"{t['median_ms']:.4f}", f"{t['min_ms']:.4f}", f"{t['max_ms']:.4f}"]
+                     for t in steady]))
     return 0 if all_ok else 1
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import platform
 
 import torch
@@ -53,8 +54,24 @@ def pick_device(name: str | None) -> torch.device:
 
 
 def write_json(path: str, payload: dict) -> None:
+    """Write ``payload`` as strict JSON: NaN and infinities become null."""
     with open(path, "w") as f:
-        json.dump(payload, f, indent=1)
+        json.dump(_finite(payload), f, indent=1)
+
+
+def _finite(x):
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def fmt(v, spec: str = ".4f") -> str:
+    """A figure for a table: ``n/a`` for None or NaN."""
+    return "n/a" if v is None or v != v else format(v, spec)
 
 
 def table(headers: list[str], rows: list[list]) -> str:

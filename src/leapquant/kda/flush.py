@@ -9,6 +9,7 @@ Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-f
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -21,6 +22,9 @@ RANK_PAD = 16  # tl.dot needs every dim >= 16: the R tokens ride in a 16-row blo
 ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
 ROUND_MAGIC_BITS = 0x4B400000
 NUM_WARPS = 8
+CTAS_PER_SM = 1  # at ~250 registers per thread, one 8-warp CTA fills an SM's register file
+PERSISTENT_POOL = True
+FLAG_TILE = 128  # due flags read per gather; 16384 candidates / 132 CTAs fit one tile
 
 
 @triton.jit
@@ -66,36 +70,38 @@ def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr):
     return out
 
 
-@triton.jit(do_not_specialize=["q0", "idx"])  # user tensors: no recompile on odd alignment
-def _flush_kernel(
-    codes_in, sk_in, sv_in, u_in, q_in,  # old checkpoint
-    codes_out, sk_out, sv_out, u_out, q_out,  # new checkpoint (aliases the old one in a pool)
-    kbuf, ubuf, gbuf, w, pcum, q0, idx, hcnt,
-    C_SLOT: tl.constexpr, C_HEAD: tl.constexpr,  # element strides of the checkpoint tensors
-    SK_SLOT: tl.constexpr, SK_HEAD: tl.constexpr,
+@triton.jit
+def _balance_tokens(uk, qv):
+    # The checkpoint stores only q^T u, so token r may move a power of two from u_r to q_r:
+    # pick 2^e with max|u_r| / 2^e ~ max|q_r| * 2^e, exact in fp32, so that large coherent
+    # states do not overflow fp16 u and small ones do not sink into fp16 subnormals.
+    mu = tl.max(tl.abs(uk), axis=0)
+    mq = tl.max(tl.abs(qv), axis=0)
+    ok = (mu > 0) & (mq > 0)
+    ratio = tl.where(ok, mu / tl.where(ok, mq, 1.0), 1.0)
+    e = tl.floor(0.5 * tl.log2(ratio) + 0.5).to(tl.int32)
+    e = tl.minimum(tl.maximum(e, -60), 60)
+    down = ((127 - e) << 23).to(tl.float32, bitcast=True)  # 2^-e
+    up = ((127 + e) << 23).to(tl.float32, bitcast=True)  # 2^e
+    return uk * down[None, :], qv * up[None, :]
+
+
+@triton.jit
+def _flush_program(
+    slot, head,
+    codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+    kbuf, ubuf, gbuf, w, pcum, q0,
+    C_SLOT: tl.constexpr, C_HEAD: tl.constexpr, SK_SLOT: tl.constexpr, SK_HEAD: tl.constexpr,
     SV_SLOT: tl.constexpr, SV_HEAD: tl.constexpr,
     U_SLOT: tl.constexpr, U_HEAD: tl.constexpr, U_ROW: tl.constexpr,
     Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr, Q_ROW: tl.constexpr,
-    IN_PLACE: tl.constexpr,  # pool mode: programs from idx, due when hcnt == L, window reset
-    UPCAST: tl.constexpr,  # running under TRITON_INTERPRET=1
+    IN_PLACE: tl.constexpr, UPCAST: tl.constexpr,
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
     NR: tl.constexpr, RP: tl.constexpr,
     QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr,
     MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    head = pid % NH
-    if IN_PLACE:
-        slot = tl.load(idx + pid // NH)
-        if slot <= 0:
-            return
-        if tl.load(hcnt + slot * NH + head) != NL:
-            return
-    else:
-        slot = pid // NH
-    slot = slot.to(tl.int64)
     prog = slot * NH + head
-
     v = tl.arange(0, NV)
     k = tl.arange(0, NK)
     j = tl.arange(0, NL)
@@ -135,7 +141,8 @@ def _flush_kernel(
     q0p = tl.load(q0 + v[:, None] * NR + r[None, :], mask=live[None, :], other=0.0)  # [V, RP]
     qk = _orthonormal_cols(_dot_fp32(sht, slt, q0p, UPCAST), NR, NORM_MIN)  # [K, RP]
     qv = _orthonormal_cols(_dot_fp32(sh, sl, qk, UPCAST), NR, NORM_MIN)  # [V, RP]
-    u_new = tl.trans(_dot_fp32(sht, slt, qv, UPCAST)).to(tl.float16)  # [RP, K]
+    uk, qv = _balance_tokens(_dot_fp32(sht, slt, qv, UPCAST), qv)
+    u_new = tl.trans(uk).to(tl.float16)  # [RP, K]
     q_new_t = qv.to(tl.float16)  # [V, RP]
 
     # residual against the rounded tokens: fp16 x fp16 products are exact in fp32
@@ -162,6 +169,77 @@ def _flush_kernel(
         tl.store(pcum + prog * NK + k, tl.zeros([NK], dtype=tl.float32))
 
 
+@triton.jit(do_not_specialize=["q0", "idx", "num_programs"])  # no recompile per batch or alignment
+def _flush_kernel(
+    codes_in, sk_in, sv_in, u_in, q_in,  # old checkpoint
+    codes_out, sk_out, sv_out, u_out, q_out,  # new checkpoint (aliases the old one in a pool)
+    kbuf, ubuf, gbuf, w, pcum, q0, idx, hcnt,
+    num_programs,  # candidate programs: len(idx) * H in a pool, B * H otherwise
+    C_SLOT: tl.constexpr, C_HEAD: tl.constexpr,  # element strides of the checkpoint tensors
+    SK_SLOT: tl.constexpr, SK_HEAD: tl.constexpr,
+    SV_SLOT: tl.constexpr, SV_HEAD: tl.constexpr,
+    U_SLOT: tl.constexpr, U_HEAD: tl.constexpr, U_ROW: tl.constexpr,
+    Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr, Q_ROW: tl.constexpr,
+    IN_PLACE: tl.constexpr,  # pool mode: programs from idx, due when hcnt == L, window reset
+    UPCAST: tl.constexpr,  # running under TRITON_INTERPRET=1
+    PERSISTENT: tl.constexpr,  # a grid of resident CTAs looping over candidates
+    TILE: tl.constexpr,  # candidates whose flags one CTA reads at once (persistent grid)
+    NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
+    NR: tl.constexpr, RP: tl.constexpr,
+    QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr,
+    MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
+):
+    if not PERSISTENT:  # one CTA per candidate
+        c = tl.program_id(0)
+        if IN_PLACE:
+            slot = tl.load(idx + c // NH)
+            if slot <= 0:
+                return
+            if tl.load(hcnt + slot * NH + c % NH) != NL:
+                return
+        else:
+            slot = c // NH
+        _flush_program(
+            slot.to(tl.int64), c % NH,
+            codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+            kbuf, ubuf, gbuf, w, pcum, q0,
+            C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+            Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, NH, NV, NK, NL, NR, RP,
+            QM, SCALE_MIN, NORM_MIN, MAGIC, MAGIC_BITS,
+        )
+        return
+    # Persistent grid: CTA c owns candidates c, c + G, c + 2G, ...; it reads their due flags a
+    # tile at a time and flushes only the due ones, so a call with nothing due costs one
+    # gather per CTA instead of one CTA launch per candidate.
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    lane = tl.arange(0, TILE)
+    for first in range(0, tl.cdiv(num_programs - pid, G), TILE):
+        cand = pid + G * (first + lane)
+        inb = cand < num_programs
+        if IN_PLACE:
+            slots = tl.load(idx + cand // NH, mask=inb, other=0)
+            fill = tl.load(hcnt + slots.to(tl.int64) * NH + cand % NH, mask=inb & (slots > 0), other=0)
+            due = inb & (slots > 0) & (fill == NL)
+        else:
+            due = inb
+        rank = tl.cumsum(due.to(tl.int32), axis=0) - 1
+        for t in range(tl.sum(due.to(tl.int32), axis=0)):
+            c = tl.sum(tl.where(due & (rank == t), cand, 0), axis=0)
+            if IN_PLACE:
+                due_slot = tl.load(idx + c // NH).to(tl.int64)
+            else:
+                due_slot = (c // NH).to(tl.int64)
+            _flush_program(
+                due_slot, c % NH,
+                codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+                kbuf, ubuf, gbuf, w, pcum, q0,
+                C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+                Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, NH, NV, NK, NL, NR, RP,
+                QM, SCALE_MIN, NORM_MIN, MAGIC, MAGIC_BITS,
+            )
+
+
 def _strides(codes, s_k, s_v, u, q) -> dict:
     return dict(
         C_SLOT=codes.stride(0), C_HEAD=codes.stride(1),
@@ -174,6 +252,14 @@ def _strides(codes, s_k, s_v, u, q) -> dict:
 
 _CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, RP=RANK_PAD, QM=float(QMAX), SCALE_MIN=EPS,
                   NORM_MIN=NORM_FLOOR, MAGIC=ROUND_MAGIC, MAGIC_BITS=ROUND_MAGIC_BITS)
+
+
+@functools.lru_cache(maxsize=None)
+def _resident_ctas(device: torch.device) -> int:
+    # one CTA per SM is what the kernel's register use allows; more would only queue
+    if device.type != "cuda":
+        return 4
+    return CTAS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _interpreting() -> bool:
@@ -197,9 +283,13 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None):
         return None
     dummy = q0  # unused pointer arguments in functional mode
     kbuf, ubuf, gbuf, w, pcum = window
-    return _flush_kernel[(num_programs,)](
+    # a pool call may have nothing due: loop over candidates in resident CTAs
+    persistent = in_place and PERSISTENT_POOL
+    grid = (min(num_programs, _resident_ctas(q0.device)) if persistent else num_programs,)
+    return _flush_kernel[grid](
         *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
-        idx if in_place else dummy, hcnt if in_place else dummy,
-        **_strides(*ckpt_in), IN_PLACE=in_place, UPCAST=_interpreting(), **_CONSTANTS,
-        num_warps=NUM_WARPS,
+        idx if in_place else dummy, hcnt if in_place else dummy, num_programs,
+        **_strides(*ckpt_in), IN_PLACE=in_place, UPCAST=_interpreting(), PERSISTENT=persistent,
+        TILE=FLAG_TILE, **_CONSTANTS,
+        num_warps=NUM_WARPS, num_stages=1,
     )

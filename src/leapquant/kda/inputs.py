@@ -13,7 +13,8 @@ from .geometry import H, K, L, QMAX, R, V
 
 FLUSH_ARGS = ("codes", "s_k", "s_v", "u", "q", "kbuf", "ubuf", "gbuf", "w", "pcum", "q0")
 CHECKPOINT_ARGS = FLUSH_ARGS[:5]
-FAMILIES = ("structured", "second_window", "random")
+FAMILIES = ("structured", "second_window", "random")  # SPEC section 6
+STRESS_FAMILIES = ("coherent_huge", "tiny_state", "deep_decay")  # edges of the domain
 
 # edge-case heads of the structured family
 RANK1, ZERO, RANK2, TINY, HUGE, RANK1_NOISE, DECAYED, NO_DECAY = range(1, 9)
@@ -111,11 +112,46 @@ def random(B: int, device="cpu", seed: int = 0) -> dict:
     }
 
 
-BUILDERS = {"structured": structured, "second_window": second_window, "random": random}
+def coherent_huge(B: int, device="cpu", seed: int = 0) -> dict:
+    """A coherent state near the domain's edge (|S| ~ 8e3): a structured checkpoint under a
+    window of large same-sign keys and values that never decays. ``u = S^T q`` of such a state
+    exceeds fp16's range (65504) unless magnitude moves from u to q."""
+    x = structured(B, device, seed)
+    d = _Draw(device, seed + 1)
+    x["ubuf"] = (100 + 5 * d.normal(B, H, L, V)).bfloat16()
+    x["kbuf"] = (5 + 0.3 * d.normal(B, H, L, K)).bfloat16()
+    x["gbuf"] = torch.ones(B, H, L, K, dtype=torch.float16, device=d.device)
+    x["w"] = torch.ones(B, H, L, device=d.device)
+    x["pcum"] = torch.zeros(B, H, K, device=d.device)
+    return x
+
+
+def tiny_state(B: int, device="cpu", seed: int = 0) -> dict:
+    """The random family scaled to |S| ~ 1e-9, far below fp16's normal range: fp16 tokens of
+    that size are subnormal or zero unless magnitude moves from q to u."""
+    x = random(B, device, seed)
+    x["s_k"] = x["s_k"] * 1e-9
+    x["u"] = torch.zeros_like(x["u"])  # fp16 cannot hold 1e-9-sized tokens anyway
+    x["ubuf"] = (x["ubuf"].float() * 1e-9).bfloat16()
+    return x
+
+
+def deep_decay(B: int, device="cpu", seed: int = 0) -> dict:
+    """The random family with log-gates down to -2000 and gates down to 1e-4: whole key
+    channels of the old state and of early window entries underflow to zero."""
+    x = random(B, device, seed)
+    d = _Draw(device, seed + 2)
+    x["pcum"] = -d.uniform(0.0, 2000.0, B, H, K)
+    x["gbuf"] = d.uniform(1e-4, 1.0, B, H, L, K).half()
+    return x
+
+
+BUILDERS = {"structured": structured, "second_window": second_window, "random": random,
+            "coherent_huge": coherent_huge, "tiny_state": tiny_state, "deep_decay": deep_decay}
 
 
 def make(family: str, B: int, device="cpu", seed: int = 0) -> dict:
-    """Inputs of ``family`` (one of FAMILIES) for ``B`` sequences."""
+    """Inputs of ``family`` (one of FAMILIES or STRESS_FAMILIES) for ``B`` sequences."""
     if family not in BUILDERS:
         raise ValueError(f"family must be one of {sorted(BUILDERS)}, got {family!r}")
     return BUILDERS[family](B, device, seed)

@@ -1,7 +1,7 @@
 """What serving engines call: the functional ``run`` and the in-place ``flush_inplace``.
 
 CUDA tensors go through the Triton kernel (``flush.py``); CPU tensors through the fp32
-reference (``naive.py``) with the same semantics. Source: LeapQuant (arXiv 2609.38166);
+PyTorch flush (``naive.flush_cpu``) with the same semantics. Source: LeapQuant (arXiv 2609.38166);
 NVlabs/kda request conless-leapquant-kda-flush (SPEC section 7).
 """
 
@@ -11,7 +11,7 @@ import torch
 
 from .format import CHECKPOINT_FIELDS, WINDOW_FIELDS, check_batch, check_q0
 from .geometry import H, L
-from .naive import reference
+from .naive import flush_cpu
 from .pool import Pool
 
 
@@ -47,7 +47,7 @@ def run(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
     batch, device = check_batch(fields)
     check_q0(q0, device)
     if device.type != "cuda":
-        return reference(**fields, q0=q0)
+        return flush_cpu(**fields, q0=q0)
     from .flush import launch_flush
 
     ckpt_in = tuple(fields[n].contiguous() for n in CHECKPOINT_FIELDS)
@@ -83,7 +83,7 @@ def flush_inplace(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
     (the Pool compiled the kernel), capturable in a CUDA graph. ``idx`` values are trusted: an
     id >= ``pool.num_slots`` or a slot given twice is undefined behaviour; ``Pool.check_index``
     checks them on the host. Calls on one pool must be serial; use one pool per stream.
-    On CPU: the same semantics through the fp32 reference.
+    On CPU: the same semantics through the fp32 PyTorch flush (``naive.flush_cpu``).
 
     Args:
         pool: the ``Pool``.
@@ -106,17 +106,17 @@ def flush_inplace(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
 
         launch_flush(pool.checkpoint, pool.checkpoint, pool.window, q0, idx=idx, hcnt=pool.hcnt)
         return
-    _flush_reference(pool, idx, q0)
+    _flush_cpu(pool, idx, q0)
 
 
-def _flush_reference(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
+def _flush_cpu(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
     slots = idx[idx > 0].long()
     due = pool.hcnt[slots] == L  # [N, H]
     sel = due.nonzero()
     if sel.numel() == 0:
         return
     slot, head = slots[sel[:, 0]], sel[:, 1]
-    new = reference(*(t[slot, head] for t in pool.checkpoint), *(t[slot, head] for t in pool.window), q0)
+    new = flush_cpu(*(t[slot, head] for t in pool.checkpoint), *(t[slot, head] for t in pool.window), q0)
     for view, value in zip(pool.checkpoint, new):
         view[slot, head] = value
     pool.w[slot, head] = 0

@@ -48,8 +48,26 @@ def mgs(a: torch.Tensor) -> torch.Tensor:
     return torch.stack(cols, dim=-1)
 
 
-def quantize(S: torch.Tensor, q0: torch.Tensor):
-    """Compress a state ``S`` ``[..., V, K]`` to a checkpoint (SPEC section 4, steps 3-6).
+def balance_tokens(uk: torch.Tensor, qv: torch.Tensor):
+    """Move a power of two between each token pair, ``u_r / 2^e`` and ``q_r * 2^e``, with
+    ``2^e ~ sqrt(max|u_r| / max|q_r|)``; ``q^T u`` is unchanged (exact in binary floating point).
+
+    ``uk`` ``[..., K, R]`` and ``qv`` ``[..., V, R]``. The checkpoint stores only ``q^T u``, so
+    this keeps fp16 ``u`` from overflowing on large coherent states (|S| above ~6e3) and from
+    sinking into fp16 subnormals on tiny ones. A departure from SPEC section 4, which stores
+    ``u = (S^T qv)^T`` as it is; the kernel does the same.
+    """
+    mu = uk.abs().amax(-2, keepdim=True)
+    mq = qv.abs().amax(-2, keepdim=True)
+    ok = (mu > 0) & (mq > 0)
+    ratio = torch.where(ok, mu / torch.where(ok, mq, torch.ones_like(mq)), torch.ones_like(mu))
+    e = torch.floor(0.5 * torch.log2(ratio) + 0.5).clamp(-60, 60)
+    return uk * torch.exp2(-e), qv * torch.exp2(e)
+
+
+def quantize(S: torch.Tensor, q0: torch.Tensor, balance: bool = False):
+    """Compress a state ``S`` ``[..., V, K]`` to a checkpoint (SPEC section 4, steps 3-6);
+    ``balance`` applies ``balance_tokens`` before the tokens are rounded to fp16.
 
     Returns ``(codes int8 [..., V, K], s_k fp32 [..., K], s_v fp32 [..., V],
     u fp16 [..., R, K], q fp16 [..., R, V])``.
@@ -58,6 +76,8 @@ def quantize(S: torch.Tensor, q0: torch.Tensor):
     qk = mgs(St @ q0.to(S.dtype))  # [..., K, R]
     qv = mgs(S @ qk)  # [..., V, R]
     uk = St @ qv  # [..., K, R]
+    if balance:
+        uk, qv = balance_tokens(uk, qv)
     u = uk.transpose(-1, -2).to(torch.float16)
     q = qv.transpose(-1, -2).to(torch.float16)
     E = S - q.transpose(-1, -2).to(S.dtype) @ u.to(S.dtype)
@@ -83,10 +103,20 @@ def reference(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
 
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
     """
+    return _flush(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, balance=False)
+
+
+def flush_cpu(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
+    """The product's flush on CPU tensors: ``reference`` plus ``balance_tokens``, the one
+    departure the Triton kernel makes too. Same arguments and results as ``reference``."""
+    return _flush(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, balance=True)
+
+
+def _flush(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, balance: bool):
     # matmul on GPUs must not drop to TF32 here: this is the accuracy yardstick
     with _full_fp32_matmul():
         S = rebuild(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, torch.float32)
-        return quantize(S, q0)
+        return quantize(S, q0, balance)
 
 
 class _full_fp32_matmul:
