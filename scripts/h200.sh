@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one H200 run: GPU tests, accuracy on every batch size, benchmark, kernel variants.
 # Full logs under $OUT (./out when unset); a short table last.
-#   bash scripts/h200.sh [--sweep]
+#   bash scripts/h200.sh [--sweep] [--ncu] [--precision]    (SWEEP_ARGS passes options to sweep.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -18,6 +18,9 @@ for opt in "$@"; do
              --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
              python3 scripts/ncu_target.py 64 > "$OUT/ncu.txt" 2>&1
            grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|Compute \(SM\)|Issue Slots Busy|No Eligible|Stall|Block Limit" "$OUT/ncu.txt" | head -40 ;;
+    --precision) python3 -m leapquant.precision --json "$OUT/precision.json" --markdown "$OUT/precision.md" \
+                   --histogram "$OUT/precision.png" > "$OUT/precision.log" 2>&1
+                 echo "precision report: exit $?" ;;
   esac
 done
 python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 12
