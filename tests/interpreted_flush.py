@@ -10,6 +10,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import flush_checks  # noqa: E402
 
 from leapquant.kda import inputs  # noqa: E402
+from leapquant.kda import flush as flush_mod  # noqa: E402
 from leapquant.kda.flush import launch_flush  # noqa: E402
 
 
@@ -19,6 +20,9 @@ def kernel_inplace(pool, idx, q0):
 
 out = {"interpreted": os.environ.get("TRITON_INTERPRET") == "1"}
 out["functional"] = {fam: flush_checks.functional(fam, 1, "cpu") for fam in inputs.FAMILIES}
-pool, idx, due = flush_checks.due_pool("cpu")
-out["pool"] = flush_checks.pool_mode(pool, idx, due, kernel_inplace, inputs.make("random", 1, "cpu", seed=13)["q0"])
+for persistent in (False, True):  # one CTA per candidate, or resident CTAs scanning flags
+    flush_mod.PERSISTENT_POOL = persistent
+    pool, idx, due = flush_checks.due_pool("cpu")
+    q0 = inputs.make("random", 1, "cpu", seed=13)["q0"]
+    out["pool_persistent" if persistent else "pool"] = flush_checks.pool_mode(pool, idx, due, kernel_inplace, q0)
 print(json.dumps(out))

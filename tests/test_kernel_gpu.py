@@ -110,8 +110,10 @@ def test_flushed_programs_stay_due_and_flush_again_empty():
     assert bool((pool.hcnt[due] == L).all())
     before = snapshot(pool)
     flush_inplace(pool, idx, q0)  # empty window: the state is the old checkpoint, recompressed
-    v = flush_checks.judge_pool(pool, before, due, q0)
-    assert v["ok"] and v["untouched"], v
+    v = flush_checks.judge_pool(pool, before, due, q0, ratio_bound=1.05)
+    # a recompressed checkpoint's residual is the difference of two nearly equal states, so
+    # two fp32-class implementations differ by more than the 1.01 bound on some heads (NOTES.md)
+    assert v["ok"] and v["untouched"] and v["reset"], v
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -32,6 +32,7 @@ def test_interpreted_kernel_meets_criterion(verdicts, family):
 
 
 @pytest.mark.interpreter
-def test_interpreted_kernel_pool_mode(verdicts):
-    v = verdicts["pool"]
+@pytest.mark.parametrize("grid", ["pool", "pool_persistent"])
+def test_interpreted_kernel_pool_mode(verdicts, grid):
+    v = verdicts[grid]
     assert v["ok"] and v["untouched"] and v["reset"], v

@@ -23,7 +23,10 @@ ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into th
 ROUND_MAGIC_BITS = 0x4B400000
 NUM_WARPS = 8
 CTAS_PER_SM = 1  # at ~250 registers per thread, one 8-warp CTA fills an SM's register file
-PERSISTENT_POOL = True
+# Resident CTAs looping over candidates make a call with nothing due cost 4 us instead of 43 us
+# at B=512, but the loop pushes the body past 255 registers (spills): all due runs 44% slower and
+# 1 in 16 due twice as slow (NOTES.md). Off until the body fits.
+PERSISTENT_POOL = False
 FLAG_TILE = 128  # due flags read per gather; 16384 candidates / 132 CTAs fit one tile
 
 
