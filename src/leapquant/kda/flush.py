@@ -27,7 +27,6 @@ CTAS_PER_SM = 1  # at ~250 registers per thread, one 8-warp CTA fills an SM's re
 # at B=512, but the loop pushes the body past 255 registers (spills): all due runs 44% slower and
 # 1 in 16 due twice as slow (NOTES.md). Off until the body fits.
 PERSISTENT_POOL = False
-PREFETCH_NEXT = True  # L2 prefetch of the next wave (bulk prefetch, sm_90)
 FLAG_TILE = 128  # due flags read per gather; 16384 candidates / 132 CTAs fit one tile
 
 
@@ -173,61 +172,12 @@ def _flush_program(
         tl.store(pcum + prog * NK + k, tl.zeros([NK], dtype=tl.float32))
 
 
-@triton.jit
-def _prefetch_next_wave(
-    c, num_programs, idx, hcnt,
-    codes, sk, sv, u, q, kbuf, ubuf, gbuf, w, pcum,
-    C_SLOT: tl.constexpr, C_HEAD: tl.constexpr, SK_SLOT: tl.constexpr, SK_HEAD: tl.constexpr,
-    SV_SLOT: tl.constexpr, SV_HEAD: tl.constexpr, U_SLOT: tl.constexpr, U_HEAD: tl.constexpr,
-    Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr,
-    IN_PLACE: tl.constexpr, NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr,
-    NL: tl.constexpr, NR: tl.constexpr,
-):
-    # With one CTA per SM the loads of a program are exposed: ask L2 now for the program that
-    # will start when this wave ends, so its loads hit L2 and DRAM works during our math.
-    if c < num_programs:
-        if IN_PLACE:
-            slot = tl.load(idx + c // NH)
-            due = slot > 0
-            if due:
-                due = tl.load(hcnt + slot * NH + c % NH) == NL
-        else:
-            slot = c // NH
-            due = c >= 0
-        if due:
-            slot64 = slot.to(tl.int64)
-            head = c % NH
-            prog = slot64 * NH + head
-            lane = tl.arange(0, 16)
-            addr = tl.where(lane == 0, (codes + slot64 * C_SLOT + head * C_HEAD).to(tl.int64), 0)
-            addr = tl.where(lane == 1, (sk + slot64 * SK_SLOT + head * SK_HEAD).to(tl.int64), addr)
-            addr = tl.where(lane == 2, (sv + slot64 * SV_SLOT + head * SV_HEAD).to(tl.int64), addr)
-            addr = tl.where(lane == 3, (u + slot64 * U_SLOT + head * U_HEAD).to(tl.int64), addr)
-            addr = tl.where(lane == 4, (q + slot64 * Q_SLOT + head * Q_HEAD).to(tl.int64), addr)
-            addr = tl.where(lane == 5, (kbuf + prog * (NL * NK)).to(tl.int64), addr)
-            addr = tl.where(lane == 6, (ubuf + prog * (NL * NV)).to(tl.int64), addr)
-            addr = tl.where(lane == 7, (gbuf + prog * (NL * NK)).to(tl.int64), addr)
-            addr = tl.where(lane == 8, (w + prog * NL).to(tl.int64), addr)
-            addr = tl.where(lane == 9, (pcum + prog * NK).to(tl.int64), addr)
-            # bytes per range; token rows are strided, so their whole span is fetched
-            size = tl.where(lane == 0, NV * NK, 0)
-            size = tl.where((lane == 1) | (lane == 9), 4 * NK, size)
-            size = tl.where(lane == 2, 4 * NV, size)
-            size = tl.where((lane == 3) | (lane == 4), 2 * (NR * (NK + NV) - NK), size)
-            size = tl.where((lane == 5) | (lane == 6) | (lane == 7), 2 * NL * NK, size)
-            size = tl.where(lane == 8, 4 * NL, size)
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-                "=r,l,r", [addr, size], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit(do_not_specialize=["q0", "idx", "num_programs", "lookahead"])  # no recompile per batch or alignment
+@triton.jit(do_not_specialize=["q0", "idx", "num_programs"])  # no recompile per batch or alignment
 def _flush_kernel(
     codes_in, sk_in, sv_in, u_in, q_in,  # old checkpoint
     codes_out, sk_out, sv_out, u_out, q_out,  # new checkpoint (aliases the old one in a pool)
     kbuf, ubuf, gbuf, w, pcum, q0, idx, hcnt,
     num_programs,  # candidate programs: len(idx) * H in a pool, B * H otherwise
-    lookahead,  # CTAs resident at once: candidate c + lookahead runs on this SM next
     C_SLOT: tl.constexpr, C_HEAD: tl.constexpr,  # element strides of the checkpoint tensors
     SK_SLOT: tl.constexpr, SK_HEAD: tl.constexpr,
     SV_SLOT: tl.constexpr, SV_HEAD: tl.constexpr,
@@ -236,7 +186,6 @@ def _flush_kernel(
     IN_PLACE: tl.constexpr,  # pool mode: programs from idx, due when hcnt == L, window reset
     UPCAST: tl.constexpr,  # running under TRITON_INTERPRET=1
     PERSISTENT: tl.constexpr,  # a grid of resident CTAs looping over candidates
-    PREFETCH: tl.constexpr,  # pull the next wave's program into L2 (not under the interpreter)
     TILE: tl.constexpr,  # candidates whose flags one CTA reads at once (persistent grid)
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
     NR: tl.constexpr, RP: tl.constexpr,
@@ -253,13 +202,6 @@ def _flush_kernel(
                 return
         else:
             slot = c // NH
-        if PREFETCH:
-            _prefetch_next_wave(
-                c + lookahead, num_programs, idx, hcnt,
-                codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum,
-                C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, Q_SLOT, Q_HEAD,
-                IN_PLACE, NH, NV, NK, NL, NR,
-            )
         _flush_program(
             slot.to(tl.int64), c % NH,
             codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
@@ -349,9 +291,8 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None):
     grid = (min(num_programs, _resident_ctas(q0.device)) if persistent else num_programs,)
     return _flush_kernel[grid](
         *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
-        idx if in_place else dummy, hcnt if in_place else dummy, num_programs, _resident_ctas(q0.device),
+        idx if in_place else dummy, hcnt if in_place else dummy, num_programs,
         **_strides(*ckpt_in), IN_PLACE=in_place, UPCAST=_interpreting(), PERSISTENT=persistent,
-        PREFETCH=PREFETCH_NEXT and not _interpreting(),
         TILE=FLAG_TILE, **_CONSTANTS,
         num_warps=NUM_WARPS, num_stages=1,
     )
