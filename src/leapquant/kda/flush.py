@@ -60,15 +60,26 @@ def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr):
     # Gram-Schmidt over the first RANK columns of x [N, RANK_PAD], each projected out twice
     # (classical GS twice: the reference's MGS2 up to rounding, with fewer dependent
     # reductions); columns >= RANK come back zero.
-    cols = tl.arange(0, x.shape[1])[None, :]
+    idx = tl.arange(0, x.shape[1])
+    cols = idx[None, :]
     out = tl.zeros_like(x)
     for r in tl.static_range(RANK):
         v = tl.sum(tl.where(cols == r, x, 0.0), axis=1)
         if r > 0:
-            for _ in tl.static_range(2):
-                coef = tl.sum(out * v[:, None], axis=0)
-                v = v - tl.sum(out * coef[None, :], axis=1)
-        norm = tl.sqrt_rn(tl.sum(v * v, axis=0))
+            coef = tl.sum(out * v[:, None], axis=0)
+            v = v - tl.sum(out * coef[None, :], axis=1)
+            # second pass; the same cross-warp reduction also gives |v|^2, and since the q_j
+            # are orthonormal |v - sum c_j q_j|^2 = |v|^2 - sum c_j^2 (c_j tiny after pass one)
+            red = tl.sum(tl.where(cols == r, v[:, None], out) * v[:, None], axis=0)
+            vv = tl.sum(tl.where(idx == r, red, 0.0), axis=0)
+            cc = tl.sum(tl.where(idx < r, red * red, 0.0), axis=0)
+            v = v - tl.sum(out * red[None, :], axis=1)  # out[:, r:] is still zero
+            norm2 = vv - cc
+            if norm2 < 0.5 * vv:  # cancellation (a rank-deficient block): measure directly
+                norm2 = tl.sum(v * v, axis=0)
+        else:
+            norm2 = tl.sum(v * v, axis=0)
+        norm = tl.sqrt_rn(tl.maximum(norm2, 0.0))
         out = tl.where(cols == r, (v / tl.maximum(norm, NORM_MIN))[:, None], out)
     return out
 
