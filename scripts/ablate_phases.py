@@ -1,0 +1,79 @@
+"""Place time inside the flush kernel by cutting phases out of copies of it (GPU).
+
+Writes ablation copies of ``leapquant/kda/flush.py`` to a temp folder, each with one phase
+removed, and times ``launch_flush`` (functional mode, random family, 4 input sets in rotation,
+CUDA events, median of 20). The copies compute wrong checkpoints on purpose: this measures only.
+
+    python scripts/ablate_phases.py [B] [variant,variant,...]
+"""
+
+import importlib.util
+import os
+import statistics
+import sys
+import tempfile
+
+import torch
+
+from leapquant.kda import flush, inputs
+
+SRC = open(flush.__file__).read().replace("from .geometry", "from leapquant.kda.geometry")
+SUBSPACE = ("    qk = _orthonormal_cols(_dot_fp32(sht, slt, q0p, UPCAST), NR, NORM_MIN)  # [K, RP]\n"
+            "    qv = _orthonormal_cols(_dot_fp32(sh, sl, qk, UPCAST), NR, NORM_MIN)  # [V, RP]\n")
+CUTS = {
+    "full": [],
+    "maxnreg128": [("num_warps=NUM_WARPS, num_stages=1,", "num_warps=NUM_WARPS, num_stages=1, maxnreg=128,")],
+    "no_gram_schmidt": [(SUBSPACE, "    qk = _dot_fp32(sht, slt, q0p, UPCAST)\n    qv = _dot_fp32(sh, sl, qk, UPCAST)\n")],
+    "no_subspace": [(SUBSPACE + "    uk, qv = _balance_tokens(_dot_fp32(sht, slt, qv, UPCAST), qv)\n",
+                     "    qv = q0p\n    uk = tl.trans(u_old.to(tl.float32))\n")],
+    "rebuild_only": [("    # one round of subspace iteration", "    tl.store(codes_out + slot * C_SLOT + head * C_HEAD"
+                      " + v[:, None] * NK + k[None, :], s.to(tl.int8))\n    return\n    # one round of subspace iteration")],
+    "loads_copy": [("    # rebuild: fp16 x fp16", "    tl.store(codes_out + slot * C_SLOT + head * C_HEAD"
+                    " + v[:, None] * NK + k[None, :], codes)\n    return\n    # rebuild: fp16 x fp16")],
+}
+
+
+def load_variant(name: str, folder: str):
+    src = SRC
+    for old, new in CUTS[name]:
+        if old not in src:
+            raise RuntimeError(f"{name}: the kernel changed, update the cut {old[:40]!r}")
+        src = src.replace(old, new)
+    path = os.path.join(folder, f"flush_{name}.py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(f"flush_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main():
+    B = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+    names = sys.argv[2].split(",") if len(sys.argv) > 2 else list(CUTS)
+    sets = [inputs.make("random", B, "cuda", seed=s) for s in range(4)]
+    outs = [tuple(torch.empty_like(x[n]) for n in inputs.CHECKPOINT_ARGS) for x in sets]
+    with tempfile.TemporaryDirectory() as folder:
+        for name in names:
+            mod = load_variant(name, folder)
+
+            def launch(i):
+                x = sets[i % 4]
+                return mod.launch_flush(tuple(x[n] for n in inputs.CHECKPOINT_ARGS), outs[i % 4],
+                                        tuple(x[n] for n in inputs.FLUSH_ARGS[5:10]), x["q0"])
+
+            k = launch(0)
+            times = []
+            for i in range(24):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                launch(i)
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b))
+            print(f"{name:16s} regs={getattr(k, 'n_regs', '?')} spills={getattr(k, 'n_spills', '?')} "
+                  f"B={B} median {statistics.median(times[4:]):.4f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()
