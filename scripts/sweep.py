@@ -17,6 +17,7 @@ def main():
     ap.add_argument("--num-warps", default="8")
     ap.add_argument("--persistent", default="0,1", help="pool grid: one CTA per candidate (0) or resident CTAs (1)")
     ap.add_argument("--due", default="1", help="fractions of programs due")
+    ap.add_argument("--maxnreg", default="0", help="register caps to try (0: none)")
     args = ap.parse_args()
     bw = bench.copy_bandwidth("cuda")
     q0 = inputs.make("random", 1, "cuda", seed=1)["q0"]
@@ -28,13 +29,15 @@ def main():
         k = flush_mod.launch_flush(ck, tuple(torch.empty_like(t) for t in ck),
                                    tuple(x[n] for n in inputs.FLUSH_ARGS[5:10]), q0)
         regs, spills = getattr(k, "n_regs", "?"), getattr(k, "n_spills", "?")
-        for persistent in map(int, args.persistent.split(",")):
+        for persistent, cap in [(p, c) for p in map(int, args.persistent.split(","))
+                                for c in map(int, args.maxnreg.split(","))]:
             flush_mod.PERSISTENT_POOL = bool(persistent)
+            flush_mod.MAX_REGISTERS = cap or None
             for frac in map(float, args.due.split(",")):
                 for B in map(int, args.batch_sizes.split(",")):
                     t = bench.time_flush(B, "cuda", q0, due_fraction=frac)["median_ms"]
                     floor = B * H * FLOOR_BYTES_PER_PROGRAM / bw * 1e3
-                    print(f"num_warps={nw:2d} regs={regs} spills={spills} persistent={persistent} due={frac:.4f} "
+                    print(f"num_warps={nw:2d} regs={regs} spills={spills} persistent={persistent} maxnreg={cap} due={frac:.4f} "
                           f"B={B:4d} {t:.4f} ms  floor {floor:.4f}  x{t / floor:.2f}", flush=True)
 
 

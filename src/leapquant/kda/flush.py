@@ -22,6 +22,7 @@ RANK_PAD = 16  # tl.dot needs every dim >= 16: the R tokens ride in a 16-row blo
 ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
 ROUND_MAGIC_BITS = 0x4B400000
 NUM_WARPS = 8
+MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (NOTES.md)
 CTAS_PER_SM = 1  # at ~250 registers per thread, one 8-warp CTA fills an SM's register file
 # Resident CTAs looping over candidates make a call with nothing due cost 4 us instead of 43 us
 # at B=512, but the loop pushes the body past 255 registers (spills): all due runs 44% slower and
@@ -305,5 +306,5 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None):
         idx if in_place else dummy, hcnt if in_place else dummy, num_programs,
         **_strides(*ckpt_in), IN_PLACE=in_place, UPCAST=_interpreting(), PERSISTENT=persistent,
         TILE=FLAG_TILE, **_CONSTANTS,
-        num_warps=NUM_WARPS, num_stages=1,
+        num_warps=NUM_WARPS, num_stages=1, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
     )
