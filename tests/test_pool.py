@@ -80,19 +80,22 @@ def test_flush_inplace_flushes_exactly_the_due_programs():
     due = torch.zeros(5, H, dtype=torch.bool)
     due[1] = True
     due[2, ::2] = True
+    assert_flushed_exactly(pool, before, due, q0)
+
+
+def assert_flushed_exactly(pool, before, due, q0):
+    """Flushed programs hold the CPU flush of their old state and window, bit for bit, and their
+    window is reset; every other byte of the pool is as ``before``; hcnt never changes."""
     slot, head = due.nonzero(as_tuple=True)
-    # flushed programs: the reference's checkpoint of their old state and window
-    old = Pool(5, "cpu")
-    old.raw.copy_(before["raw"])
+    expected = Pool(pool.num_slots, "cpu")
+    expected.raw.copy_(before["raw"])
     for n in ("kbuf", "ubuf", "w", "pcum", "gbuf"):
-        getattr(old, n).copy_(before[n])
-    want = flush_cpu(*(t[slot, head] for t in old.checkpoint), *(t[slot, head] for t in old.window), q0)
-    expected = old  # the old pool with just the flushed checkpoints replaced
+        getattr(expected, n).copy_(before[n])
+    want = flush_cpu(*(t[slot, head] for t in expected.checkpoint), *(t[slot, head] for t in expected.window), q0)
     for view, exp in zip(expected.checkpoint, want):
         view[slot, head] = exp
     assert same_bits(pool.raw, expected.raw)
-    assert float(pool.w[slot, head].abs().sum()) == 0 and float(pool.pcum[slot, head].abs().sum()) == 0
-    assert bool((pool.gbuf[slot, head] == 1).all())
+    assert bool((pool.w[due] == 0).all() and (pool.gbuf[due] == 1).all() and (pool.pcum[due] == 0).all())
     assert torch.equal(pool.hcnt, before["hcnt"])
     keep = ~due
     for n in ("kbuf", "ubuf"):
@@ -166,20 +169,7 @@ def test_flush_inplace_any_selection_pattern(seed):
     flush_inplace(pool, idx, q0)
     due = torch.zeros(7, H, dtype=torch.bool)
     due[perm] = before["hcnt"][perm] == L
-    slot, head = due.nonzero(as_tuple=True)
-    old = Pool(7, "cpu")
-    old.raw.copy_(before["raw"])
-    for n in ("kbuf", "ubuf", "w", "pcum", "gbuf"):
-        getattr(old, n).copy_(before[n])
-    want = flush_cpu(*(t[slot, head] for t in old.checkpoint), *(t[slot, head] for t in old.window), q0)
-    for view, exp in zip(old.checkpoint, want):
-        view[slot, head] = exp
-    assert same_bits(pool.raw, old.raw)
-    keep = ~due
-    for n in ("w", "pcum", "gbuf"):
-        assert same_bits(getattr(pool, n)[keep], before[n][keep])
-    assert bool((pool.w[due] == 0).all() and (pool.gbuf[due] == 1).all() and (pool.pcum[due] == 0).all())
-    assert torch.equal(pool.hcnt, before["hcnt"])
+    assert_flushed_exactly(pool, before, due, q0)
 
 
 def test_more_bad_arguments():
