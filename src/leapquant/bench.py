@@ -94,8 +94,6 @@ def time_flush(B: int, device, q0: torch.Tensor, due_fraction: float = 1.0) -> d
         pool.w[sl], pool.gbuf[sl], pool.pcum[sl] = saved[ahead]
 
     timed = kernel_times_ms(call, WARMUP + TIMED)[WARMUP:]
-    del pool
-    torch.cuda.empty_cache()
     return {"median_ms": statistics.median(timed), "min_ms": min(timed), "max_ms": max(timed)}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .format import CHECKPOINT_FIELDS, WINDOW_FIELDS, check_batch, check_q0
-from .geometry import H, L
+from .geometry import L
 from .naive import flush_cpu
 from .pool import Pool
 
