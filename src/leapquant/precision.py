@@ -149,14 +149,19 @@ def write_histogram(path: str, ratios: dict[str, list[torch.Tensor]], title: str
     lo = min([1.0] + [float(v.min()) for v in values])
     hi = max([RATIO_BOUND] + [float(v.max()) for v in values])
     pad = 0.05 * (hi - lo)
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    if values:
-        ax.hist(values, bins=80, range=(lo - pad, hi + pad), stacked=True, label=list(data))
-    ax.axvline(RATIO_BOUND, color="red", linestyle="--", label=f"bound {RATIO_BOUND}")
-    ax.set_xlabel("err(run) / err(fp32 reference), per (batch item, head)")
-    ax.set_ylabel("heads")
-    ax.set_title(title)
-    ax.legend()
+    # left: every ratio; right: the band around 1 where the bound bites
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, (a, b) in zip(axes, ((lo - pad, hi + pad), (2 - RATIO_BOUND - 0.002, RATIO_BOUND + 0.002))):
+        if values:
+            clipped = [v[(v >= a) & (v <= b)] for v in values]
+            ax.hist(clipped, bins=80, range=(a, b), stacked=True, label=list(data))
+        ax.axvline(RATIO_BOUND, color="red", linestyle="--", label=f"bound {RATIO_BOUND}")
+        ax.set_xlabel("err(run) / err(fp32 reference), per (batch item, head)")
+        ax.set_yscale("log")
+    axes[0].set_ylabel("heads")
+    axes[1].set_title(f"zoom: {2 - RATIO_BOUND:.2f} .. {RATIO_BOUND:.2f}")
+    fig.suptitle(title)
+    axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
