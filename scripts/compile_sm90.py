@@ -28,7 +28,7 @@ DENSE_STRIDES = dict(C_SLOT=32 * 16384, C_HEAD=16384, SK_SLOT=32 * 128, SK_HEAD=
 
 def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None, module=flush):
     params = [p.name for p in module._flush_kernel.params]
-    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": in_place, **module._CONSTANTS,
+    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": False, "SPLIT3": module.SUBSPACE_SPLIT == 3, **module._CONSTANTS,
               **(extra or {})}
     sig = {}
     for name in params:

@@ -9,6 +9,7 @@ from leapquant import bench
 from leapquant.kda import inputs
 from leapquant.kda import flush as flush_mod
 from leapquant.kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
+from leapquant.report import accuracy_case, fmt
 
 
 def main():
@@ -18,6 +19,8 @@ def main():
     ap.add_argument("--persistent", default="0,1", help="pool grid: one CTA per candidate (0) or resident CTAs (1)")
     ap.add_argument("--due", default="1", help="fractions of programs due")
     ap.add_argument("--maxnreg", default="0", help="register caps to try (0: none)")
+    ap.add_argument("--split", default="2", help="bf16 parts in the subspace products: 2, 3 or 2,3")
+    ap.add_argument("--accuracy", action="store_true", help="also judge run() on the SPEC and stress families")
     args = ap.parse_args()
     bw = bench.copy_bandwidth("cuda")
     q0 = inputs.make("random", 1, "cuda", seed=1)["q0"]
@@ -29,15 +32,22 @@ def main():
         k = flush_mod.launch_flush(ck, tuple(torch.empty_like(t) for t in ck),
                                    tuple(x[n] for n in inputs.FLUSH_ARGS[5:10]), q0)
         regs, spills = getattr(k, "n_regs", "?"), getattr(k, "n_spills", "?")
-        for persistent, cap in [(p, c) for p in map(int, args.persistent.split(","))
-                                for c in map(int, args.maxnreg.split(","))]:
+        for persistent, cap, split in [(p, c, sp) for p in map(int, args.persistent.split(","))
+                                       for c in map(int, args.maxnreg.split(",")) for sp in map(int, args.split.split(","))]:
             flush_mod.PERSISTENT_POOL = bool(persistent)
             flush_mod.MAX_REGISTERS = cap or None
+            flush_mod.SUBSPACE_SPLIT = split
+            if args.accuracy:
+                for B in map(int, args.batch_sizes.split(",")):
+                    for fam in inputs.FAMILIES + inputs.STRESS_FAMILIES:
+                        res = accuracy_case(fam, B, "cuda", seed=B)[3]
+                        print(f"split={split} B={B} {fam:14s} {'PASS' if res['ok'] else 'FAIL'} worst head "
+                              f"{fmt(res['head'].worst_ratio)} b,h {fmt(res['batch_head'].worst_ratio)}", flush=True)
             for frac in map(float, args.due.split(",")):
                 for B in map(int, args.batch_sizes.split(",")):
                     t = bench.time_flush(B, "cuda", q0, due_fraction=frac)["median_ms"]
                     floor = B * H * FLOOR_BYTES_PER_PROGRAM / bw * 1e3
-                    print(f"num_warps={nw:2d} regs={regs} spills={spills} persistent={persistent} maxnreg={cap} due={frac:.4f} "
+                    print(f"num_warps={nw:2d} regs={regs} spills={spills} persistent={persistent} maxnreg={cap} split={split} due={frac:.4f} "
                           f"B={B:4d} {t:.4f} ms  floor {floor:.4f}  x{t / floor:.2f}", flush=True)
 
 

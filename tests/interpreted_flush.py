@@ -20,6 +20,9 @@ def kernel_inplace(pool, idx, q0):
 
 out = {"interpreted": os.environ.get("TRITON_INTERPRET") == "1"}
 out["functional"] = {fam: flush_checks.functional(fam, 1, "cpu") for fam in inputs.FAMILIES}
+flush_mod.SUBSPACE_SPLIT = 3  # the 3-part subspace products (off by default)
+out["functional_split3"] = flush_checks.functional("random", 1, "cpu")
+flush_mod.SUBSPACE_SPLIT = 2
 for persistent in (False, True):  # one CTA per candidate, or resident CTAs scanning flags
     flush_mod.PERSISTENT_POOL = persistent
     pool, idx, due = flush_checks.due_pool("cpu")

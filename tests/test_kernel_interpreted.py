@@ -32,6 +32,12 @@ def test_interpreted_kernel_meets_criterion(verdicts, family):
 
 
 @pytest.mark.interpreter
+def test_interpreted_kernel_three_part_products(verdicts):
+    v = verdicts["functional_split3"]
+    assert v["ok"] and v["batch_head"] <= 1.01 and v["inputs_unchanged"], v
+
+
+@pytest.mark.interpreter
 @pytest.mark.parametrize("grid", ["pool", "pool_persistent"])
 def test_interpreted_kernel_pool_mode(verdicts, grid):
     v = verdicts[grid]

@@ -22,6 +22,7 @@ RANK_PAD = 16  # tl.dot needs every dim >= 16: the R tokens ride in a 16-row blo
 ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
 ROUND_MAGIC_BITS = 0x4B400000
 NUM_WARPS = 8
+SUBSPACE_SPLIT = 2  # bf16 parts per operand in the subspace products (2 or 3)
 MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (NOTES.md)
 CTAS_PER_SM = 1  # at ~250 registers per thread, one 8-warp CTA fills an SM's register file
 # Resident CTAs looping over candidates make a call with nothing due cost 4 us instead of 43 us
@@ -47,12 +48,31 @@ def _mma(a, b, acc, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _dot_fp32(xh, xl, y, UPCAST: tl.constexpr):
-    # (xh + xl) @ y with y split too; the dropped lo*lo term is ~2^-18 relative
-    yh, yl = _split_bf16(y)
-    acc = _mma(xh, yh, None, UPCAST)
-    acc = _mma(xh, yl, acc, UPCAST)
-    acc = _mma(xl, yh, acc, UPCAST)
+def _split3_bf16(x):
+    hi = x.to(tl.bfloat16)
+    rest = x - hi.to(tl.float32)
+    mid = rest.to(tl.bfloat16)
+    lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+    return hi, mid, lo
+
+
+@triton.jit
+def _dot_fp32(xh, xm, xl, y, THREE: tl.constexpr, UPCAST: tl.constexpr):
+    # (xh [+ xm] + xl) @ y with y split the same way. Two parts: the terms up to hi*lo, ~2^-16
+    # relative. Three parts: the terms up to hi*lo and mid*mid, ~2^-24 relative (fp32 class).
+    if THREE:
+        yh, ym, yl = _split3_bf16(y)
+        acc = _mma(xh, yh, None, UPCAST)
+        acc = _mma(xh, ym, acc, UPCAST)
+        acc = _mma(xm, yh, acc, UPCAST)
+        acc = _mma(xm, ym, acc, UPCAST)
+        acc = _mma(xh, yl, acc, UPCAST)
+        acc = _mma(xl, yh, acc, UPCAST)
+    else:
+        yh, yl = _split_bf16(y)
+        acc = _mma(xh, yh, None, UPCAST)
+        acc = _mma(xh, yl, acc, UPCAST)
+        acc = _mma(xl, yh, acc, UPCAST)
     return acc
 
 
@@ -110,7 +130,7 @@ def _flush_program(
     SV_SLOT: tl.constexpr, SV_HEAD: tl.constexpr,
     U_SLOT: tl.constexpr, U_HEAD: tl.constexpr, U_ROW: tl.constexpr,
     Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr, Q_ROW: tl.constexpr,
-    IN_PLACE: tl.constexpr, UPCAST: tl.constexpr,
+    IN_PLACE: tl.constexpr, UPCAST: tl.constexpr, SPLIT3: tl.constexpr,
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
     NR: tl.constexpr, RP: tl.constexpr,
     QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr,
@@ -151,12 +171,16 @@ def _flush_program(
 
     # one round of subspace iteration on [N, RANK_PAD] blocks: S stays fp32 for the residual
     # and meets the tensor cores as a bf16 hi/lo pair
-    sh, sl = _split_bf16(s)
-    sht, slt = tl.trans(sh), tl.trans(sl)
+    if SPLIT3:  # the token basis moves the residual to first order: see NOTES.md
+        sh, sm, sl = _split3_bf16(s)
+    else:
+        sh, sl = _split_bf16(s)
+        sm = sh
+    sht, smt, slt = tl.trans(sh), tl.trans(sm), tl.trans(sl)
     q0p = tl.load(q0 + v[:, None] * NR + r[None, :], mask=live[None, :], other=0.0)  # [V, RP]
-    qk = _orthonormal_cols(_dot_fp32(sht, slt, q0p, UPCAST), NR, NORM_MIN)  # [K, RP]
-    qv = _orthonormal_cols(_dot_fp32(sh, sl, qk, UPCAST), NR, NORM_MIN)  # [V, RP]
-    uk, qv = _balance_tokens(_dot_fp32(sht, slt, qv, UPCAST), qv)
+    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST), NR, NORM_MIN)  # [K, RP]
+    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST), NR, NORM_MIN)  # [V, RP]
+    uk, qv = _balance_tokens(_dot_fp32(sht, smt, slt, qv, SPLIT3, UPCAST), qv)
     u_new = tl.trans(uk).to(tl.float16)  # [RP, K]
     q_new_t = qv.to(tl.float16)  # [V, RP]
 
@@ -197,6 +221,7 @@ def _flush_kernel(
     Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr, Q_ROW: tl.constexpr,
     IN_PLACE: tl.constexpr,  # pool mode: programs from idx, due when hcnt == L, window reset
     UPCAST: tl.constexpr,  # running under TRITON_INTERPRET=1
+    SPLIT3: tl.constexpr,  # subspace products with 3-part bf16 operands (else 2)
     PERSISTENT: tl.constexpr,  # a grid of resident CTAs looping over candidates
     TILE: tl.constexpr,  # candidates whose flags one CTA reads at once (persistent grid)
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
@@ -219,7 +244,7 @@ def _flush_kernel(
             codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
             kbuf, ubuf, gbuf, w, pcum, q0,
             C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-            Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, NH, NV, NK, NL, NR, RP,
+            Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, SPLIT3, NH, NV, NK, NL, NR, RP,
             QM, SCALE_MIN, NORM_MIN, MAGIC, MAGIC_BITS,
         )
         return
@@ -250,7 +275,7 @@ def _flush_kernel(
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
                 kbuf, ubuf, gbuf, w, pcum, q0,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, NH, NV, NK, NL, NR, RP,
+                Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, SPLIT3, NH, NV, NK, NL, NR, RP,
                 QM, SCALE_MIN, NORM_MIN, MAGIC, MAGIC_BITS,
             )
 
@@ -305,6 +330,7 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None):
         *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
         idx if in_place else dummy, hcnt if in_place else dummy, num_programs,
         **_strides(*ckpt_in), IN_PLACE=in_place, UPCAST=_interpreting(), PERSISTENT=persistent,
+        SPLIT3=SUBSPACE_SPLIT == 3,
         TILE=FLAG_TILE, **_CONSTANTS,
         num_warps=NUM_WARPS, num_stages=1, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
     )
