@@ -2,8 +2,8 @@
 
 The program rebuilds the fp32 state ``S`` [V, K] from the old checkpoint and the window, runs one
 round of subspace iteration for the new Compensator Tokens, and re-quantizes the residual (SPEC
-section 4). Products run on tensor cores with operands that are exact in 16 bits or split into a
-bf16 high and low part, so every product keeps fp32-class accuracy (about 2^-16 relative).
+section 4). Products run on tensor cores with operands that are exact in 16 bits or split into bf16
+parts (high and low: about 2^-16 relative; optionally three parts: fp32 class).
 Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
 """
 
@@ -25,7 +25,7 @@ NUM_WARPS = 8
 SUBSPACE_SPLIT = 2  # bf16 parts per operand in the subspace products (2 or 3)
 MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (NOTES.md)
 CTAS_PER_SM = 1  # at ~250 registers per thread, one 8-warp CTA fills an SM's register file
-# Resident CTAs looping over candidates make a call with nothing due cost 4 us instead of 43 us
+# Resident CTAs looping over candidates make a call with nothing due cost 4 us instead of 87 us
 # at B=512, but the loop pushes the body past 255 registers (spills): all due runs 44% slower and
 # 1 in 16 due twice as slow (NOTES.md). Off until the body fits.
 PERSISTENT_POOL = False
@@ -49,10 +49,8 @@ def _mma(a, b, acc, UPCAST: tl.constexpr):
 
 @triton.jit
 def _split3_bf16(x):
-    hi = x.to(tl.bfloat16)
-    rest = x - hi.to(tl.float32)
-    mid = rest.to(tl.bfloat16)
-    lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
+    hi, mid = _split_bf16(x)
+    lo = ((x - hi.to(tl.float32)) - mid.to(tl.float32)).to(tl.bfloat16)
     return hi, mid, lo
 
 
