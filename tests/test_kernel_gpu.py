@@ -146,3 +146,25 @@ def test_bad_arguments_on_cuda():
         run(**{**x, "q0": x["q0"].cpu()})
     with pytest.raises(ValueError, match="pcum"):
         run(**{**x, "pcum": x["pcum"].cpu()})
+
+
+def test_kernel_with_repeated_q0_columns():
+    # a q0 with two equal columns: the dependent column becomes a zero token, never a duplicate
+    x = inputs.make("structured", 2, "cuda", seed=3)
+    x["q0"][:, 2] = x["q0"][:, 0]
+    got = run(**x)
+    res = flush_checks.evaluate(x, got, inputs.chunked(flush_checks.reference, x))
+    assert res["ok"], (res["batch_head"].worst_ratio, res["batch_head"].worst_cap_ratio)
+    assert float(got[4][:, :, 2].float().abs().max()) == 0
+
+
+def test_vanishing_state_on_cuda():
+    from leapquant.kda.criterion import head_errors, well_formed
+
+    x = inputs.make("random", 2, "cuda", seed=8)
+    x["w"].zero_()
+    x["pcum"].fill_(-50.0)  # |S| ~ 1e-21
+    got = run(**x)
+    assert well_formed(got)
+    err, mag = head_errors(x, got)
+    assert float((err / mag).max()) < 1e-2

@@ -36,8 +36,8 @@ def test_exit_status_and_one_record_per_family(outputs):
 def test_cpu_candidate_is_close_to_the_reference(outputs):
     _, data, _ = outputs
     cases = {c["family"]: c for c in data["cases"]}
-    # run() on the CPU is the reference plus token balancing, which only changes the fp16
-    # rounding of token entries near fp16's subnormal range: nearly the same checkpoint
+    # run() on the CPU is the reference with the kernel's departures, which change nothing on
+    # these families but rounding: nearly the same checkpoint
     for fam in ("random", "deep_decay"):
         c = cases[fam]
         assert c["codes_identical"] > 0.99 and c["scales_identical"] > 0.9, fam
@@ -51,7 +51,7 @@ def test_cpu_candidate_is_close_to_the_reference(outputs):
     assert cases["structured"]["heads_under_cap"] >= 1  # the zero / rank-1 edge heads are captured
     # the stress families: the reference's fp16 tokens overflow (null error) or lose the state
     assert cases["coherent_huge"]["rel_error_reference"] is None and cases["coherent_huge"]["rel_error"] < 1e-4
-    assert cases["tiny_state"]["rel_error"] < 0.5 * cases["tiny_state"]["rel_error_reference"]
+    assert cases["tiny_state"]["worst_ratio_batch_head"] <= 1.01
 
 
 def test_markdown_and_histogram(outputs):

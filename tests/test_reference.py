@@ -91,17 +91,40 @@ def test_structured_edge_heads_are_as_specified():
     assert float(hot) > 10
 
 
-def test_balance_tokens_keeps_the_product_and_balances():
-    from leapquant.kda.naive import balance_tokens
+def test_guard_overflow_keeps_the_product_and_only_acts_on_overflow():
+    from leapquant.kda.naive import guard_overflow
 
     uk = torch.randn(3, 128, 4) * torch.tensor([1e5, 1.0, 1e-9, 0.0])
     qv = torch.randn(3, 128, 4) * 0.1
-    u2, q2 = balance_tokens(uk, qv)
+    u2, q2 = guard_overflow(uk, qv)
     assert torch.equal(q2 @ u2.transpose(-1, -2), qv @ uk.transpose(-1, -2))  # powers of two: exact
-    mu, mq = u2.abs().amax(-2), q2.abs().amax(-2)
-    live = mu[..., :3]
-    assert float((live / mq[..., :3]).log2().abs().max()) <= 1.0 + 1e-6  # within a factor 2 of each other
-    assert float(mu[..., 3].abs().max()) == 0 and torch.equal(q2[..., 3], qv[..., 3])
+    assert float(u2[..., 0].abs().max()) <= 2**15 and bool(torch.isfinite(u2.half()).all())
+    assert torch.equal(u2[..., 1:], uk[..., 1:]) and torch.equal(q2[..., 1:], qv[..., 1:])
+
+
+def test_mgs_drops_exactly_dependent_columns():
+    a = torch.randn(2, 128, 4)
+    a[..., 2] = a[..., 0]  # a repeated start column (a q0 with two equal columns)
+    qm = mgs(a, drop_dependent=True)
+    assert float(qm[..., 2].abs().max()) == 0
+    live = qm[..., [0, 1, 3]]
+    assert float((live.transpose(-1, -2) @ live - torch.eye(3)).abs().max()) < 1e-5
+
+
+def test_vanishing_state_stays_finite_and_close():
+    # |S| ~ 1e-21 (old state decayed by exp(-50), no new entries): fp32 Gram-Schmidt norms of
+    # such states underflow unless scaled; the product path stays finite within int8 error.
+    # (Below ~1e-22 the format's own EPS floor on both scales limits any implementation.)
+    from leapquant.kda.criterion import head_errors, well_formed
+    from leapquant.kda.naive import flush_cpu
+
+    x = inputs.make("random", 1, "cpu", seed=8)
+    x["w"].zero_()
+    x["pcum"].fill_(-50.0)
+    got = flush_cpu(**x)
+    assert well_formed(got)
+    err, mag = head_errors(x, got)
+    assert float(mag.min()) > 0 and float((err / mag).max()) < 1e-2
 
 
 @pytest.mark.parametrize("family", inputs.STRESS_FAMILIES)
@@ -117,5 +140,3 @@ def test_cpu_flush_covers_the_domain(family):
     if family == "coherent_huge":
         # the trap: the reference's fp16 u overflows on a coherent |S| ~ 8e3 state
         assert not bool(torch.isfinite(ref[3].float()).all())
-    if family == "tiny_state":
-        assert rel < 0.5 * float(res["err_ref"].sum() / res["mag"].sum())

@@ -118,15 +118,16 @@ def _stress_cell(a: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m leapquant.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batch-sizes", default=None, help=f"comma list (default {DEFAULT_SIZES}; {CPU_SIZES} on CPU)")
+    ap.add_argument("--batch-sizes", type=parse_sizes, default=None,
+                    help=f"comma list (default {DEFAULT_SIZES}; {CPU_SIZES} on CPU)")
     ap.add_argument("--skip-timing", action="store_true", help="accuracy only")
     ap.add_argument("--json", default=None, help="write every figure to this JSON file")
-    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when present")
     args = ap.parse_args(argv)
 
-    device = pick_device(args.device)
+    device = pick_device(args.device, ap)
     on_gpu = device.type == "cuda"
-    sizes = parse_sizes(args.batch_sizes or (DEFAULT_SIZES if on_gpu else CPU_SIZES))
+    sizes = args.batch_sizes or parse_sizes(DEFAULT_SIZES if on_gpu else CPU_SIZES)
     env = environment(device)
     print(f"leapquant.bench  {env['date']}  device={env.get('gpu', 'cpu')}  torch={env['torch']}  "
           f"triton={env['triton']}")

@@ -24,7 +24,7 @@ import torch
 from .kda import inputs
 from .kda.criterion import CAP, FORMS, RATIO_BOUND
 from .kda.geometry import H
-from .report import (accuracy_case, environment, fmt, identical_fraction, markdown_table, parse_sizes,
+from .report import (accuracy_case, environment, fmt, identical_fraction, markdown_table, parse_sizes, pick_device,
                      relative_error, table, write_json)
 
 DEFAULT_SIZES = "16,32,64,128,256,512"
@@ -172,18 +172,17 @@ def main(argv=None) -> int:
     """Command-line entry point; returns the exit status (0 all cases pass, 1 otherwise)."""
     ap = argparse.ArgumentParser(prog="python -m leapquant.precision", description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                    help="default: cuda when present, else cpu (where run() is the fp32 reference)")
-    ap.add_argument("--batch-sizes", default=None, help=f"comma list (default {DEFAULT_SIZES}; {CPU_SIZES} on CPU)")
+                    help="default: cuda when present, else cpu (where run() is the fp32 PyTorch flush)")
+    ap.add_argument("--batch-sizes", type=parse_sizes, default=None,
+                    help=f"comma list (default {DEFAULT_SIZES}; {CPU_SIZES} on CPU)")
     ap.add_argument("--json", default=None, help="write one record per (family, batch size) case here")
     ap.add_argument("--markdown", default=None, help="write a markdown summary here")
     ap.add_argument("--histogram", default=None, help="write a PNG histogram of the per-(batch, head) ratios here")
     args = ap.parse_args(argv)
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda asked for, but torch sees no CUDA device")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pick_device(args.device, ap)
     on_gpu = device.type == "cuda"
-    sizes = parse_sizes(args.batch_sizes or (DEFAULT_SIZES if on_gpu else CPU_SIZES))
+    sizes = args.batch_sizes or parse_sizes(DEFAULT_SIZES if on_gpu else CPU_SIZES)
     fams = families()
     env = environment(device)
     print(f"leapquant.precision  {env['date']}  device={env.get('gpu', 'cpu')}  torch={env['torch']}  "

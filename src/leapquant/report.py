@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import math
@@ -44,10 +45,20 @@ def accuracy_case(family: str, B: int, device, seed: int):
 
 
 def parse_sizes(text: str) -> list[int]:
-    return [int(s) for s in text.split(",") if s.strip()]
+    """argparse type for ``--batch-sizes``: a comma list of positive ints."""
+    try:
+        sizes = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of batch sizes, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"batch sizes must be positive integers, got {text!r}")
+    return sizes
 
 
-def pick_device(name: str | None) -> torch.device:
+def pick_device(name: str | None, parser: argparse.ArgumentParser) -> torch.device:
+    """The ``--device`` choice (default: cuda when present); a parser error for cuda without CUDA."""
+    if name == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda, but CUDA is not available")
     if name:
         return torch.device(name)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

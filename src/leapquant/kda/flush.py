@@ -9,6 +9,7 @@ Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-f
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -16,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .geometry import EPS, H, K, L, NORM_FLOOR, QMAX, R, V
+from .geometry import DEPENDENT_COLUMN, EPS, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the R tokens ride in a 16-row block
 ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
@@ -75,27 +76,32 @@ def _dot_fp32(xh, xm, xl, y, THREE: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr):
+def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr):
     # Gram-Schmidt over the first RANK columns of x [N, RANK_PAD], each projected out twice
     # (classical GS twice: the reference's MGS2 up to rounding, with fewer dependent
-    # reductions); columns >= RANK come back zero.
+    # reductions). A column left with less than DROP of its squared norm depends on the
+    # earlier ones: it becomes zero instead of normalised rounding noise, which need not be
+    # orthogonal when columns are exactly parallel. Columns >= RANK come back zero.
     idx = tl.arange(0, x.shape[1])
     cols = idx[None, :]
     out = tl.zeros_like(x)
     for r in tl.static_range(RANK):
         v = tl.sum(tl.where(cols == r, x, 0.0), axis=1)
         if r > 0:
-            coef = tl.sum(out * v[:, None], axis=0)
-            v = v - tl.sum(out * coef[None, :], axis=1)
-            # second pass; the same cross-warp reduction also gives |v|^2, and since the q_j
-            # are orthonormal |v - sum c_j q_j|^2 = |v|^2 - sum c_j^2 (c_j tiny after pass one)
+            # each pass's cross-warp reduction also gives |v|^2 (column r of out is still zero)
+            red = tl.sum(tl.where(cols == r, v[:, None], out) * v[:, None], axis=0)
+            v0 = tl.sum(tl.where(idx == r, red, 0.0), axis=0)
+            v = v - tl.sum(out * red[None, :], axis=1)
             red = tl.sum(tl.where(cols == r, v[:, None], out) * v[:, None], axis=0)
             vv = tl.sum(tl.where(idx == r, red, 0.0), axis=0)
             cc = tl.sum(tl.where(idx < r, red * red, 0.0), axis=0)
-            v = v - tl.sum(out * red[None, :], axis=1)  # out[:, r:] is still zero
+            v = v - tl.sum(out * red[None, :], axis=1)
+            # q_j orthonormal: |v - sum c_j q_j|^2 = |v|^2 - sum c_j^2 (c_j tiny after pass one)
             norm2 = vv - cc
-            if norm2 < 0.5 * vv:  # cancellation (a rank-deficient block): measure directly
+            if norm2 < 0.5 * vv:  # cancellation: measure directly
                 norm2 = tl.sum(v * v, axis=0)
+            if norm2 <= DROP * v0:
+                v = v * 0.0
         else:
             norm2 = tl.sum(v * v, axis=0)
         norm = tl.sqrt_rn(tl.maximum(norm2, 0.0))
@@ -104,19 +110,25 @@ def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr):
 
 
 @triton.jit
-def _balance_tokens(uk, qv):
-    # The checkpoint stores only q^T u, so token r may move a power of two from u_r to q_r:
-    # pick 2^e with max|u_r| / 2^e ~ max|q_r| * 2^e, exact in fp32, so that large coherent
-    # states do not overflow fp16 u and small ones do not sink into fp16 subnormals.
+def _pow2(e):
+    # 2^e for integer e in [-126, 127], exact, from the exponent bits
+    return ((e + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _exponent(x):
+    # e with 2^e <= x < 2^(e+1) for x >= 0 (-127 for 0 and subnormals)
+    return ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+
+
+@triton.jit
+def _guard_overflow(uk, qv, LIMIT: tl.constexpr):
+    # The checkpoint stores only q^T u, so where fp16 u_r would overflow (coherent states above
+    # |S| ~ 6e3) a power of two moves from u_r to q_r: exact for q^T u. Elsewhere the tokens stay
+    # as the reference has them.
     mu = tl.max(tl.abs(uk), axis=0)
-    mq = tl.max(tl.abs(qv), axis=0)
-    ok = (mu > 0) & (mq > 0)
-    ratio = tl.where(ok, mu / tl.where(ok, mq, 1.0), 1.0)
-    e = tl.floor(0.5 * tl.log2(ratio) + 0.5).to(tl.int32)
-    e = tl.minimum(tl.maximum(e, -60), 60)
-    down = ((127 - e) << 23).to(tl.float32, bitcast=True)  # 2^-e
-    up = ((127 + e) << 23).to(tl.float32, bitcast=True)  # 2^e
-    return uk * down[None, :], qv * up[None, :]
+    e = tl.where(mu > LIMIT, _exponent(mu / LIMIT) + 1, 0)
+    return uk * _pow2(-e)[None, :], qv * _pow2(e)[None, :]
 
 
 @triton.jit
@@ -131,8 +143,8 @@ def _flush_program(
     IN_PLACE: tl.constexpr, UPCAST: tl.constexpr, SPLIT3: tl.constexpr,
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
     NR: tl.constexpr, RP: tl.constexpr,
-    QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr,
-    MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
+    QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
+    U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
 ):
     prog = slot * NH + head
     v = tl.arange(0, NV)
@@ -169,16 +181,21 @@ def _flush_program(
 
     # one round of subspace iteration on [N, RANK_PAD] blocks: S stays fp32 for the residual
     # and meets the tensor cores as a bf16 hi/lo pair
+    # The iteration is scale-free: run it on S / 2^e with max|S / 2^e| in [1, 2), so that no
+    # Gram-Schmidt norm underflows (tiny states) or overflows, and scale u back (exact).
+    ex = tl.minimum(tl.maximum(_exponent(tl.max(tl.max(tl.abs(s), axis=1), axis=0)), -126), 126)
+    s_unit = s * _pow2(-ex)
     if SPLIT3:  # the token basis moves the residual to first order: see NOTES.md
-        sh, sm, sl = _split3_bf16(s)
+        sh, sm, sl = _split3_bf16(s_unit)
     else:
-        sh, sl = _split_bf16(s)
+        sh, sl = _split_bf16(s_unit)
         sm = sh
     sht, smt, slt = tl.trans(sh), tl.trans(sm), tl.trans(sl)
     q0p = tl.load(q0 + v[:, None] * NR + r[None, :], mask=live[None, :], other=0.0)  # [V, RP]
-    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST), NR, NORM_MIN)  # [K, RP]
-    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST), NR, NORM_MIN)  # [V, RP]
-    uk, qv = _balance_tokens(_dot_fp32(sht, smt, slt, qv, SPLIT3, UPCAST), qv)
+    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST), NR, NORM_MIN, DROP)  # [K, RP]
+    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST), NR, NORM_MIN, DROP)  # [V, RP]
+    uk = _dot_fp32(sht, smt, slt, qv, SPLIT3, UPCAST) * _pow2(ex)
+    uk, qv = _guard_overflow(uk, qv, U_LIMIT)
     u_new = tl.trans(uk).to(tl.float16)  # [RP, K]
     q_new_t = qv.to(tl.float16)  # [V, RP]
 
@@ -224,8 +241,8 @@ def _flush_kernel(
     TILE: tl.constexpr,  # candidates whose flags one CTA reads at once (persistent grid)
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
     NR: tl.constexpr, RP: tl.constexpr,
-    QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr,
-    MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
+    QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
+    U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
 ):
     if not PERSISTENT:  # one CTA per candidate
         c = tl.program_id(0)
@@ -243,7 +260,7 @@ def _flush_kernel(
             kbuf, ubuf, gbuf, w, pcum, q0,
             C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
             Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, SPLIT3, NH, NV, NK, NL, NR, RP,
-            QM, SCALE_MIN, NORM_MIN, MAGIC, MAGIC_BITS,
+            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS,
         )
         return
     # Persistent grid: CTA c owns candidates c, c + G, c + 2G, ...; it reads their due flags a
@@ -274,7 +291,7 @@ def _flush_kernel(
                 kbuf, ubuf, gbuf, w, pcum, q0,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, SPLIT3, NH, NV, NK, NL, NR, RP,
-                QM, SCALE_MIN, NORM_MIN, MAGIC, MAGIC_BITS,
+                QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS,
             )
 
 
@@ -289,7 +306,8 @@ def _strides(codes, s_k, s_v, u, q) -> dict:
 
 
 _CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, RP=RANK_PAD, QM=float(QMAX), SCALE_MIN=EPS,
-                  NORM_MIN=NORM_FLOOR, MAGIC=ROUND_MAGIC, MAGIC_BITS=ROUND_MAGIC_BITS)
+                  NORM_MIN=NORM_FLOOR, DROP=DEPENDENT_COLUMN, U_LIMIT=TOKEN_LIMIT,
+                  MAGIC=ROUND_MAGIC, MAGIC_BITS=ROUND_MAGIC_BITS)
 
 
 @functools.lru_cache(maxsize=None)
@@ -324,11 +342,13 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None):
     # a pool call may have nothing due: loop over candidates in resident CTAs
     persistent = in_place and PERSISTENT_POOL
     grid = (min(num_programs, _resident_ctas(q0.device)) if persistent else num_programs,)
-    return _flush_kernel[grid](
-        *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
-        idx if in_place else dummy, hcnt if in_place else dummy, num_programs,
-        **_strides(*ckpt_in), IN_PLACE=in_place, UPCAST=_interpreting(), PERSISTENT=persistent,
-        SPLIT3=SUBSPACE_SPLIT == 3,
-        TILE=FLAG_TILE, **_CONSTANTS,
-        num_warps=NUM_WARPS, num_stages=1, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
-    )
+    # launch on the tensors' GPU, which need not be the current device
+    with torch.cuda.device(q0.device) if q0.is_cuda else contextlib.nullcontext():
+        return _flush_kernel[grid](
+            *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
+            idx if in_place else dummy, hcnt if in_place else dummy, num_programs,
+            **_strides(*ckpt_in), IN_PLACE=in_place, UPCAST=_interpreting(), PERSISTENT=persistent,
+            SPLIT3=SUBSPACE_SPLIT == 3,
+            TILE=FLAG_TILE, **_CONSTANTS,
+            num_warps=NUM_WARPS, num_stages=1, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
+        )

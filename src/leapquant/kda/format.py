@@ -78,9 +78,9 @@ def check_batch(fields: dict[str, torch.Tensor]) -> tuple[int, torch.device]:
         if batch is None:
             batch, device = t.shape[0], t.device
         elif t.shape[0] != batch:
-            raise ValueError(f"{name} has batch size {t.shape[0]}, but codes has {batch}")
+            raise ValueError(f"batch sizes disagree: codes has {batch}, {name} has {t.shape[0]}")
         elif t.device != device:
-            raise ValueError(f"{name} is on {t.device}, but codes is on {device}")
+            raise ValueError(f"devices disagree: codes is on {device}, {name} is on {t.device}")
     return batch, device
 
 

@@ -127,12 +127,14 @@ def coherent_huge(B: int, device="cpu", seed: int = 0) -> dict:
 
 
 def tiny_state(B: int, device="cpu", seed: int = 0) -> dict:
-    """The random family scaled to |S| ~ 1e-9, far below fp16's normal range: fp16 tokens of
-    that size are subnormal or zero unless magnitude moves from q to u."""
+    """The random family scaled per head by 10^-(2 (h mod 10)): states from |S| ~ 1 down to
+    ~1e-18, through and far below fp16's normal range (6e-5). The fp32 tokens of such states
+    are fp16 subnormals or zero; the int8 residual with fp32 scales carries the state."""
     x = random(B, device, seed)
-    x["s_k"] = x["s_k"] * 1e-9
-    x["u"] = torch.zeros_like(x["u"])  # fp16 cannot hold 1e-9-sized tokens anyway
-    x["ubuf"] = (x["ubuf"].float() * 1e-9).bfloat16()
+    scale = 10.0 ** (-2.0 * (torch.arange(H, device=x["s_k"].device) % 10))
+    x["s_k"] = x["s_k"] * scale[None, :, None]
+    x["u"] = (x["u"].float() * scale[None, :, None, None]).half()
+    x["ubuf"] = (x["ubuf"].float() * scale[None, :, None, None]).bfloat16()
     return x
 
 

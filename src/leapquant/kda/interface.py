@@ -26,7 +26,8 @@ def run(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
         gbuf: fp16 ``[B, H, L, K]`` per-channel decay of the step that appended entry j;
         w: fp32 ``[B, H, L]`` entry weights; pcum: fp32 ``[B, H, K]`` log-gate summed over
         the window (<= 0) -- the window.
-        q0: fp32 ``[V, R]``, contiguous: start basis of the subspace iteration.
+        q0: fp32 ``[V, R]``, contiguous: start basis of the subspace iteration; its columns
+            should be independent (a Gaussian draw or orthonormal columns).
 
     Returns:
         ``(codes, s_k, s_v, u, q)``: five new tensors, dtypes and shapes as the inputs'.
@@ -84,6 +85,8 @@ def flush_inplace(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
     id >= ``pool.num_slots`` or a slot given twice is undefined behaviour; ``Pool.check_index``
     checks them on the host. Calls on one pool must be serial; use one pool per stream.
     On CPU: the same semantics through the fp32 PyTorch flush (``naive.flush_cpu``).
+    A second call before the decode step appends an entry re-quantizes the flushed programs
+    again (their ``hcnt`` is still ``L``): harmless once, lossy if repeated.
 
     Args:
         pool: the ``Pool``.

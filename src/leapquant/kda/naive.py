@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .format import decode
-from .geometry import EPS, NORM_FLOOR, QMAX
+from .geometry import DEPENDENT_COLUMN, EPS, NORM_FLOOR, QMAX, TOKEN_LIMIT
 
 
 def decay_since_append(gbuf: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -34,9 +34,13 @@ def rebuild(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, dtype: torch.dtype
     return old + torch.einsum("...jv,...jk->...vk", values, keys)
 
 
-def mgs(a: torch.Tensor) -> torch.Tensor:
+def mgs(a: torch.Tensor, drop_dependent: bool = False) -> torch.Tensor:
     """Modified Gram-Schmidt over the columns of ``a`` ``[..., N, R]``, projections applied
-    twice per column, each column divided by ``max(norm, NORM_FLOOR)``."""
+    twice per column, each column divided by ``max(norm, NORM_FLOOR)``.
+
+    ``drop_dependent`` (the product path): a column left with at most ``DEPENDENT_COLUMN`` of its
+    squared norm becomes zero instead of normalised rounding noise, which is not orthogonal to
+    the earlier columns when columns are exactly parallel (a q0 with repeated columns)."""
     cols = []
     for r in range(a.shape[-1]):
         v = a[..., r]
@@ -44,42 +48,50 @@ def mgs(a: torch.Tensor) -> torch.Tensor:
             for qj in cols:
                 v = v - (qj * v).sum(-1, keepdim=True) * qj
         norm = torch.linalg.vector_norm(v, dim=-1, keepdim=True)
+        if drop_dependent and r > 0:
+            start = torch.linalg.vector_norm(a[..., r], dim=-1, keepdim=True)
+            v = torch.where(norm.square() <= DEPENDENT_COLUMN * start.square(), torch.zeros_like(v), v)
         cols.append(v / norm.clamp_min(NORM_FLOOR))
     return torch.stack(cols, dim=-1)
 
 
-def balance_tokens(uk: torch.Tensor, qv: torch.Tensor):
-    """Move a power of two between each token pair, ``u_r / 2^e`` and ``q_r * 2^e``, with
-    ``2^e ~ sqrt(max|u_r| / max|q_r|)``; ``q^T u`` is unchanged (exact in binary floating point).
+def guard_overflow(uk: torch.Tensor, qv: torch.Tensor):
+    """Where fp16 ``u_r`` would overflow (``max|u_r| > TOKEN_LIMIT``), move a power of two from
+    ``u_r`` to ``q_r``: ``u_r / 2^e``, ``q_r * 2^e``, so ``q^T u`` is unchanged (exact).
 
-    ``uk`` ``[..., K, R]`` and ``qv`` ``[..., V, R]``. The checkpoint stores only ``q^T u``, so
-    this keeps fp16 ``u`` from overflowing on large coherent states (|S| above ~6e3) and from
-    sinking into fp16 subnormals on tiny ones. A departure from SPEC section 4, which stores
-    ``u = (S^T qv)^T`` as it is; the kernel does the same.
+    ``uk`` ``[..., K, R]``, ``qv`` ``[..., V, R]``. The checkpoint stores only ``q^T u``; the
+    reference's fp16 ``u`` overflows on coherent states above |S| ~ 6e3. A departure from SPEC
+    section 4 (which stores ``u = (S^T qv)^T`` as it is) that the kernel makes too.
     """
     mu = uk.abs().amax(-2, keepdim=True)
-    mq = qv.abs().amax(-2, keepdim=True)
-    ok = (mu > 0) & (mq > 0)
-    ratio = torch.where(ok, mu / torch.where(ok, mq, torch.ones_like(mq)), torch.ones_like(mu))
-    e = torch.floor(0.5 * torch.log2(ratio) + 0.5).clamp(-60, 60)
+    e = torch.where(mu > TOKEN_LIMIT, torch.floor(torch.log2(mu / TOKEN_LIMIT)) + 1, torch.zeros_like(mu))
     return uk * torch.exp2(-e), qv * torch.exp2(e)
 
 
-def quantize(S: torch.Tensor, q0: torch.Tensor, balance: bool = False):
-    """Compress a state ``S`` ``[..., V, K]`` to a checkpoint (SPEC section 4, steps 3-6);
-    ``balance`` applies ``balance_tokens`` before the tokens are rounded to fp16.
+def quantize(S: torch.Tensor, q0: torch.Tensor, robust: bool = False):
+    """Compress a state ``S`` ``[..., V, K]`` to a checkpoint (SPEC section 4, steps 3-6).
+
+    ``robust`` (the product path, as the kernel): the subspace iteration runs on ``S`` scaled by a
+    power of two to max|S| in [1, 2) (it is scale-free; fp32 Gram-Schmidt norms of states below
+    ~1e-19 underflow otherwise), drops dependent columns (``mgs``) and guards fp16 ``u`` against
+    overflow (``guard_overflow``).
 
     Returns ``(codes int8 [..., V, K], s_k fp32 [..., K], s_v fp32 [..., V],
     u fp16 [..., R, K], q fp16 [..., R, V])``.
     """
-    St = S.transpose(-1, -2)
-    qk = mgs(St @ q0.to(S.dtype))  # [..., K, R]
-    qv = mgs(S @ qk)  # [..., V, R]
-    uk = St @ qv  # [..., K, R]
-    if balance:
-        uk, qv = balance_tokens(uk, qv)
-    u = uk.transpose(-1, -2).to(torch.float16)
-    q = qv.transpose(-1, -2).to(torch.float16)
+    scale = torch.ones_like(S[..., :1, :1])
+    if robust:
+        smax = S.abs().amax((-2, -1), keepdim=True)
+        scale = torch.exp2(torch.floor(torch.log2(smax.clamp_min(torch.finfo(S.dtype).tiny))).clamp(-126, 126))
+    Su = S / scale
+    Sut = Su.transpose(-1, -2)
+    qk = mgs(Sut @ q0.to(S.dtype), robust)  # [..., K, R]
+    qv = mgs(Su @ qk, robust)  # [..., V, R]
+    uk = (Sut @ qv) * scale  # [..., K, R]
+    if robust:
+        uk, qv = guard_overflow(uk, qv)
+    u = uk.transpose(-1, -2).to(torch.float16).contiguous()
+    q = qv.transpose(-1, -2).to(torch.float16).contiguous()
     E = S - q.transpose(-1, -2).to(S.dtype) @ u.to(S.dtype)
     s_k = E.abs().mean(-2).sqrt().clamp_min(EPS)
     s_v = (E.abs() / s_k.unsqueeze(-2)).amax(-1).clamp_min(EPS)
@@ -103,20 +115,21 @@ def reference(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
 
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
     """
-    return _flush(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, balance=False)
+    return _flush(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, robust=False)
 
 
 def flush_cpu(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
-    """The product's flush on CPU tensors: ``reference`` plus ``balance_tokens``, the one
-    departure the Triton kernel makes too. Same arguments and results as ``reference``."""
-    return _flush(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, balance=True)
+    """The product's flush on CPU tensors: ``reference`` with the departures the Triton kernel
+    makes too (``quantize(robust=True)``: scale-free subspace iteration, dependent columns
+    dropped, fp16 overflow guard). Same arguments and results as ``reference``."""
+    return _flush(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, robust=True)
 
 
-def _flush(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, balance: bool):
+def _flush(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, robust: bool):
     # matmul on GPUs must not drop to TF32 here: this is the accuracy yardstick
-    with _full_fp32_matmul():
+    with _full_fp32_matmul(), torch.no_grad():
         S = rebuild(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, torch.float32)
-        return quantize(S, q0, balance)
+        return quantize(S, q0, robust)
 
 
 class _full_fp32_matmul:

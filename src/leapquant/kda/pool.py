@@ -9,6 +9,8 @@ lives in dense tensors beside it. Source: NVlabs/kda request conless-leapquant-k
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from .geometry import (
@@ -31,14 +33,17 @@ class Pool:
 
     On CUDA the flush kernel is compiled and run once (on nothing due) when the pool is built,
     so ``flush_inplace`` never compiles. Raises ValueError if ``num_slots < 2``, TypeError if
-    ``num_slots`` is not an int.
+    ``num_slots`` is not an int; ValueError for a CUDA device when CUDA is not available.
 
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
     """
 
     def __init__(self, num_slots: int, device="cuda"):
-        if isinstance(num_slots, bool) or not isinstance(num_slots, int):
+        if isinstance(num_slots, bool) or not hasattr(num_slots, "__index__"):
             raise TypeError(f"num_slots must be an int, got {type(num_slots).__name__}")
+        num_slots = operator.index(num_slots)
+        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device is cuda, but CUDA is not available: pass device='cpu'")
         if num_slots < 2:
             raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
         self.num_slots = num_slots
@@ -80,6 +85,8 @@ class Pool:
     def check_index(self, idx: torch.Tensor) -> None:
         """Check slot ids on the host (synchronises): ValueError for an id >= num_slots or a
         positive id given twice. ``flush_inplace`` trusts ``idx`` and does not check values."""
+        if not isinstance(idx, torch.Tensor):
+            raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
         ids = idx.detach().cpu().long()
         if ids.numel() and int(ids.max()) >= self.num_slots:
             raise ValueError(f"idx holds slot {int(ids.max())}, but the pool has {self.num_slots} slots")
