@@ -102,13 +102,27 @@ def test_guard_overflow_keeps_the_product_and_only_acts_on_overflow():
     assert torch.equal(u2[..., 1:], uk[..., 1:]) and torch.equal(q2[..., 1:], qv[..., 1:])
 
 
-def test_mgs_drops_exactly_dependent_columns():
+def test_mgs_replaces_exactly_dependent_columns():
     a = torch.randn(2, 128, 4)
     a[..., 2] = a[..., 0]  # a repeated start column (a q0 with two equal columns)
     qm = mgs(a, drop_dependent=True)
-    assert float(qm[..., 2].abs().max()) == 0
-    live = qm[..., [0, 1, 3]]
-    assert float((live.transpose(-1, -2) @ live - torch.eye(3)).abs().max()) < 1e-5
+    assert float((qm.transpose(-1, -2) @ qm - torch.eye(4)).abs().max()) < 1e-5
+    assert float(qm[..., 2].abs().argmax(-1).ne(2).sum()) == 0  # the e_2 stand-in
+
+
+def test_repeated_q0_columns_keep_four_tokens():
+    # With a repeated q0 column the reference's 4th token is normalised rounding noise, an
+    # arbitrary direction: per head the two implementations differ both ways by tens of percent
+    # (README: q0 needs independent columns). Over the batch they capture as much.
+    from leapquant.kda.naive import flush_cpu
+
+    x = inputs.make("structured", B, "cpu", seed=4)
+    x["q0"][:, 2] = x["q0"][:, 0]
+    got = flush_cpu(**x)
+    res = evaluate(x, got, reference(**x))
+    assert res["well_formed"]
+    assert float(res["err"].sum()) <= 1.1 * float(res["err_ref"].sum())
+    assert float(got[4][..., 2, :].float().abs().amax()) > 0  # a real 4th token, not a zero one
 
 
 def test_vanishing_state_stays_finite_and_close():

@@ -80,8 +80,7 @@ def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.co
     # Gram-Schmidt over the first RANK columns of x [N, RANK_PAD], each projected out twice
     # (classical GS twice: the reference's MGS2 up to rounding, with fewer dependent
     # reductions). A column left with less than DROP of its squared norm depends on the
-    # earlier ones: it becomes zero instead of normalised rounding noise, which need not be
-    # orthogonal when columns are exactly parallel. Columns >= RANK come back zero.
+    # earlier ones and is replaced by e_r made orthogonal to them. Columns >= RANK come back zero.
     idx = tl.arange(0, x.shape[1])
     cols = idx[None, :]
     out = tl.zeros_like(x)
@@ -101,7 +100,13 @@ def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.co
             if norm2 < 0.5 * vv:  # cancellation: measure directly
                 norm2 = tl.sum(v * v, axis=0)
             if norm2 <= DROP * v0:
-                v = v * 0.0
+                # v depends on the earlier columns (a q0 with repeated columns, a rank-deficient
+                # state): take the unit vector e_r instead, so the block keeps RANK directions
+                # (the reference's normalised rounding noise may come out parallel to q_0)
+                v = tl.where(tl.arange(0, x.shape[0]) == r, 1.0, 0.0)
+                for _ in tl.static_range(2):
+                    v = v - tl.sum(out * tl.sum(out * v[:, None], axis=0)[None, :], axis=1)
+                norm2 = tl.sum(v * v, axis=0)
         else:
             norm2 = tl.sum(v * v, axis=0)
         norm = tl.sqrt_rn(tl.maximum(norm2, 0.0))

@@ -14,7 +14,7 @@ QMAX = 127  # codes live in [-QMAX, QMAX]
 EPS = 1e-12  # floor of both smoothing scales
 NORM_FLOOR = 1e-30  # Gram-Schmidt divides by max(norm, NORM_FLOOR)
 # Product-path departures from the reference (naive.flush_cpu and the kernel):
-DEPENDENT_COLUMN = 2.0**-40  # a GS column keeping less of its squared norm becomes zero
+DEPENDENT_COLUMN = 2.0**-40  # a GS column keeping less of its squared norm is replaced by e_r
 TOKEN_LIMIT = 2.0**14  # max|u_r| above this moves powers of two from u_r to q_r (fp16 max 65504)
 
 # Pool layout (SPEC section 7), in fp32 words unless the name says bytes.

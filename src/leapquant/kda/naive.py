@@ -39,8 +39,9 @@ def mgs(a: torch.Tensor, drop_dependent: bool = False) -> torch.Tensor:
     twice per column, each column divided by ``max(norm, NORM_FLOOR)``.
 
     ``drop_dependent`` (the product path): a column left with at most ``DEPENDENT_COLUMN`` of its
-    squared norm becomes zero instead of normalised rounding noise, which is not orthogonal to
-    the earlier columns when columns are exactly parallel (a q0 with repeated columns)."""
+    squared norm is replaced by the unit vector e_r made orthogonal to the earlier columns, instead
+    of normalised rounding noise, which comes out nearly parallel to an earlier column when
+    columns are exactly parallel (a q0 with repeated columns)."""
     cols = []
     for r in range(a.shape[-1]):
         v = a[..., r]
@@ -50,7 +51,14 @@ def mgs(a: torch.Tensor, drop_dependent: bool = False) -> torch.Tensor:
         norm = torch.linalg.vector_norm(v, dim=-1, keepdim=True)
         if drop_dependent and r > 0:
             start = torch.linalg.vector_norm(a[..., r], dim=-1, keepdim=True)
-            v = torch.where(norm.square() <= DEPENDENT_COLUMN * start.square(), torch.zeros_like(v), v)
+            e_r = torch.zeros_like(v)
+            e_r[..., r] = 1
+            for _ in range(2):
+                for qj in cols:
+                    e_r = e_r - (qj * e_r).sum(-1, keepdim=True) * qj
+            dependent = norm.square() <= DEPENDENT_COLUMN * start.square()
+            v = torch.where(dependent, e_r, v)
+            norm = torch.linalg.vector_norm(v, dim=-1, keepdim=True)
         cols.append(v / norm.clamp_min(NORM_FLOOR))
     return torch.stack(cols, dim=-1)
 
