@@ -60,7 +60,7 @@ def main():
             def launch(i):
                 x = sets[i % 4]
                 return mod.launch_flush(tuple(x[n] for n in inputs.CHECKPOINT_ARGS), outs[i % 4],
-                                        tuple(x[n] for n in inputs.FLUSH_ARGS[5:10]), x["q0"])
+                                        tuple(x[n] for n in inputs.WINDOW_ARGS), x["q0"])
 
             k = launch(0)
             times = []

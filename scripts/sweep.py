@@ -30,7 +30,7 @@ def main():
     for nw in map(int, args.num_warps.split(",")):
         flush_mod.NUM_WARPS = nw
         k = flush_mod.launch_flush(ck, tuple(torch.empty_like(t) for t in ck),
-                                   tuple(x[n] for n in inputs.FLUSH_ARGS[5:10]), q0)
+                                   tuple(x[n] for n in inputs.WINDOW_ARGS), q0)
         regs, spills = getattr(k, "n_regs", "?"), getattr(k, "n_spills", "?")
         for persistent, cap, split in [(p, c, sp) for p in map(int, args.persistent.split(","))
                                        for c in map(int, args.maxnreg.split(",")) for sp in map(int, args.split.split(","))]:

@@ -15,7 +15,7 @@ def functional(family: str, B: int, device, seed: int = 11) -> dict:
     ckpt = tuple(x[n] for n in inputs.CHECKPOINT_ARGS)
     new = tuple(torch.full_like(t, -128) if t.dtype == torch.int8 else torch.full_like(t, float("nan")) for t in ckpt)
     copies = [t.clone() for t in x.values()]
-    launch_flush(ckpt, new, tuple(x[n] for n in inputs.FLUSH_ARGS[5:10]), x["q0"])
+    launch_flush(ckpt, new, tuple(x[n] for n in inputs.WINDOW_ARGS), x["q0"])
     res = evaluate(x, new, inputs.chunked(reference, x))
     return {"ok": res["ok"], "head": res["head"].worst_ratio, "batch_head": res["batch_head"].worst_ratio,
             "inputs_unchanged": all(same_bits(a, b) for a, b in zip(x.values(), copies))}

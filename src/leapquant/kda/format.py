@@ -48,18 +48,17 @@ def decode(codes, s_k, s_v, u, q, dtype: torch.dtype = torch.float32) -> torch.T
     return residual + torch.einsum("...rv,...rk->...vk", q.to(dtype), u.to(dtype))
 
 
-def check_tensor(name: str, t, dtype: torch.dtype, trailing: tuple[int, ...], lead: int | None = None):
+def check_tensor(name: str, t, dtype: torch.dtype, trailing: tuple[int, ...], lead: int = 0):
     """Raise TypeError/ValueError naming ``name`` unless ``t`` is a ``dtype`` tensor of shape
-    ``[*lead_dims, *trailing]`` with ``lead`` leading dims (any count when None)."""
+    ``[*trailing]`` (``lead=0``) or ``[B, H, *trailing]`` (``lead=2``)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != dtype:
         raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
     shape = tuple(t.shape)
-    n = len(trailing)
-    if shape[len(shape) - n:] != trailing or (lead is not None and len(shape) != lead + n):
-        lead_txt = "[B, H, " if lead == 2 else "[" if lead in (None, 0) else f"[{lead} dims, "
-        raise ValueError(f"{name} must have shape {lead_txt}{', '.join(map(str, trailing))}], got {list(shape)}")
+    if len(shape) != lead + len(trailing) or shape[lead:] != trailing:
+        dims = ["B", "H"][:lead] + [str(d) for d in trailing]
+        raise ValueError(f"{name} must have shape [{', '.join(dims)}], got {list(shape)}")
 
 
 def check_batch(fields: dict[str, torch.Tensor]) -> tuple[int, torch.device]:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import torch
 
+from .format import CHECKPOINT_FIELDS, WINDOW_FIELDS
 from .geometry import H, K, L, QMAX, R, V
 
-FLUSH_ARGS = ("codes", "s_k", "s_v", "u", "q", "kbuf", "ubuf", "gbuf", "w", "pcum", "q0")
-CHECKPOINT_ARGS = FLUSH_ARGS[:5]
+CHECKPOINT_ARGS = tuple(CHECKPOINT_FIELDS)  # codes, s_k, s_v, u, q
+WINDOW_ARGS = tuple(WINDOW_FIELDS)  # kbuf, ubuf, gbuf, w, pcum
+FLUSH_ARGS = CHECKPOINT_ARGS + WINDOW_ARGS + ("q0",)  # run()'s argument order
 FAMILIES = ("structured", "second_window", "random")  # SPEC section 6
 STRESS_FAMILIES = ("coherent_huge", "tiny_state", "deep_decay")  # edges of the domain
 
