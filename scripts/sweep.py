@@ -39,7 +39,7 @@ def main():
             flush_mod.SUBSPACE_SPLIT = split
             if args.accuracy:
                 for B in map(int, args.batch_sizes.split(",")):
-                    for fam in inputs.FAMILIES + inputs.STRESS_FAMILIES:
+                    for fam in inputs.all_families():
                         res = accuracy_case(fam, B, "cuda", seed=B)[3]
                         print(f"split={split} B={B} {fam:14s} {'PASS' if res['ok'] else 'FAIL'} worst head "
                               f"{fmt(res['head'].worst_ratio)} b,h {fmt(res['batch_head'].worst_ratio)}", flush=True)

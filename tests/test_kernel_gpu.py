@@ -13,7 +13,7 @@ pytestmark = [requires_cuda, pytest.mark.gpu]
 
 
 @pytest.mark.parametrize("B", [1, 3])
-@pytest.mark.parametrize("family", inputs.FAMILIES + inputs.STRESS_FAMILIES)
+@pytest.mark.parametrize("family", inputs.all_families())
 def test_kernel_meets_criterion_and_writes_every_output(family, B):
     v = flush_checks.functional(family, B, "cuda")
     assert v["ok"] and v["inputs_unchanged"], v

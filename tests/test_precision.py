@@ -27,7 +27,7 @@ def test_exit_status_and_one_record_per_family(outputs):
     assert rc == 0
     assert data["env"]["device"] == "cpu" and data["env"]["torch"]
     fams = [c["family"] for c in data["cases"]]
-    assert sorted(fams) == sorted(precision.families())
+    assert sorted(fams) == sorted(inputs.all_families())
     for c in data["cases"]:
         assert set(REQUIRED) <= set(c), set(REQUIRED) - set(c)
         assert c["batch_size"] == 1 and c["ok"] is True
@@ -58,7 +58,7 @@ def test_markdown_and_histogram(outputs):
     _, _, paths = outputs
     with open(paths["md"]) as f:
         md = f.read()
-    for fam in precision.families():
+    for fam in inputs.all_families():
         assert f"| {fam} | 1 |" in md
     assert "bitwise identical" in md and "torch" in md
     pytest.importorskip("matplotlib")

@@ -142,7 +142,7 @@ def main(argv=None) -> int:
               f"{FLOOR_BYTES_PER_PROGRAM} B/program / bandwidth")
 
     rows, all_ok = [], True
-    families = inputs.FAMILIES + inputs.STRESS_FAMILIES
+    families = inputs.all_families()
     for B in sizes:
         row = {"batch_size": B, "programs": B * H, "accuracy": {}}
         for fam in families:

@@ -43,12 +43,6 @@ CPU_NOTE = ("Without CUDA, `run` is the fp32 PyTorch flush: the reference plus t
             "rescues: this checks the harness, not the kernel.")
 
 
-def families() -> tuple[str, ...]:
-    """The base input families plus the stress families, looked up at call time so families
-    added to ``inputs`` later are judged without touching this module."""
-    return tuple(inputs.FAMILIES) + tuple(getattr(inputs, "STRESS_FAMILIES", ()))
-
-
 def _num(v: float) -> float | None:
     # NaN (no head judged by ratio, or an all-zero case) becomes JSON null, not the non-standard NaN
     return v if math.isfinite(v) else None
@@ -183,7 +177,7 @@ def main(argv=None) -> int:
     device = pick_device(args.device, ap)
     on_gpu = device.type == "cuda"
     sizes = args.batch_sizes or parse_sizes(DEFAULT_SIZES if on_gpu else CPU_SIZES)
-    fams = families()
+    fams = inputs.all_families()
     env = environment(device)
     print(f"leapquant.precision  {env['date']}  device={env.get('gpu', 'cpu')}  torch={env['torch']}  "
           f"triton={env['triton']}")

@@ -285,9 +285,10 @@ def _flush_kernel(
             due = inb
         rank = tl.cumsum(due.to(tl.int32), axis=0) - 1
         for t in range(tl.sum(due.to(tl.int32), axis=0)):
-            c = tl.sum(tl.where(due & (rank == t), cand, 0), axis=0)
-            if IN_PLACE:
-                due_slot = tl.load(idx + c // NH).to(tl.int64)
+            pick = due & (rank == t)
+            c = tl.sum(tl.where(pick, cand, 0), axis=0)
+            if IN_PLACE:  # the slot was gathered with the flags
+                due_slot = tl.sum(tl.where(pick, slots, 0), axis=0).to(tl.int64)
             else:
                 due_slot = (c // NH).to(tl.int64)
             _flush_program(

@@ -154,6 +154,11 @@ BUILDERS = {"structured": structured, "second_window": second_window, "random": 
             "coherent_huge": coherent_huge, "tiny_state": tiny_state, "deep_decay": deep_decay}
 
 
+def all_families() -> tuple[str, ...]:
+    """The SPEC families then the stress families, read at call time (tests may add some)."""
+    return tuple(FAMILIES) + tuple(STRESS_FAMILIES)
+
+
 def make(family: str, B: int, device="cpu", seed: int = 0) -> dict:
     """Inputs of ``family`` (one of FAMILIES or STRESS_FAMILIES) for ``B`` sequences."""
     if family not in BUILDERS:
