@@ -3,13 +3,16 @@
 Writes ablation copies of ``leapquant/kda/flush.py`` to a temp folder, each with one phase
 removed, and times ``launch_flush`` (functional mode, random family, 4 input sets in rotation,
 CUDA events, median of 20). The copies compute wrong checkpoints on purpose: this measures only.
+A variant named ``rev:REV`` times the kernel as committed at git revision REV instead (A/B runs
+of a kernel change in one process).
 
-    python scripts/ablate_phases.py [B] [variant,variant,...]
+    python scripts/ablate_phases.py [B] [variant,variant,...]      e.g. 256 rev:HEAD~1,full
 """
 
 import importlib.util
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 
@@ -18,14 +21,16 @@ import torch
 from leapquant.kda import flush, inputs
 
 SRC = open(flush.__file__).read().replace("from .geometry", "from leapquant.kda.geometry")
-SUBSPACE = ("    qk = _orthonormal_cols(_dot_fp32(sht, slt, q0p, UPCAST), NR, NORM_MIN)  # [K, RP]\n"
-            "    qv = _orthonormal_cols(_dot_fp32(sh, sl, qk, UPCAST), NR, NORM_MIN)  # [V, RP]\n")
+SUBSPACE = ("    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST), NR, NORM_MIN, DROP)  # [K, RP]\n"
+            "    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST), NR, NORM_MIN, DROP)  # [V, RP]\n")
+PRODUCTS = ("    qk = _dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST)\n"
+            "    qv = _dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST)\n")
+TOKENS = "    uk = _dot_fp32(sht, smt, slt, qv, SPLIT3, UPCAST) * _pow2(ex)\n"
 CUTS = {
     "full": [],
     "maxnreg128": [("num_warps=NUM_WARPS, num_stages=1,", "num_warps=NUM_WARPS, num_stages=1, maxnreg=128,")],
-    "no_gram_schmidt": [(SUBSPACE, "    qk = _dot_fp32(sht, slt, q0p, UPCAST)\n    qv = _dot_fp32(sh, sl, qk, UPCAST)\n")],
-    "no_subspace": [(SUBSPACE + "    uk, qv = _balance_tokens(_dot_fp32(sht, slt, qv, UPCAST), qv)\n",
-                     "    qv = q0p\n    uk = tl.trans(u_old.to(tl.float32))\n")],
+    "no_gram_schmidt": [(SUBSPACE, PRODUCTS)],
+    "no_subspace": [(SUBSPACE + TOKENS, "    qv = q0p\n    uk = tl.trans(u_old.to(tl.float32))\n")],
     "rebuild_only": [("    # one round of subspace iteration", "    tl.store(codes_out + slot * C_SLOT + head * C_HEAD"
                       " + v[:, None] * NK + k[None, :], s.to(tl.int8))\n    return\n    # one round of subspace iteration")],
     "loads_copy": [("    # rebuild: fp16 x fp16", "    tl.store(codes_out + slot * C_SLOT + head * C_HEAD"
@@ -34,8 +39,15 @@ CUTS = {
 
 
 def load_variant(name: str, folder: str):
-    src = SRC
-    for old, new in CUTS[name]:
+    if name.startswith("rev:"):
+        rev = name[4:]
+        src = subprocess.run(["git", "show", f"{rev}:src/leapquant/kda/flush.py"], capture_output=True,
+                             text=True, check=True).stdout.replace("from .geometry", "from leapquant.kda.geometry")
+        name = "rev_" + "".join(c if c.isalnum() else "_" for c in rev)
+        cuts = []
+    else:
+        src, cuts = SRC, CUTS[name]
+    for old, new in cuts:
         if old not in src:
             raise RuntimeError(f"{name}: the kernel changed, update the cut {old[:40]!r}")
         src = src.replace(old, new)

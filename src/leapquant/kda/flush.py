@@ -76,42 +76,56 @@ def _dot_fp32(xh, xm, xl, y, THREE: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr):
-    # Gram-Schmidt over the first RANK columns of x [N, RANK_PAD], each projected out twice
-    # (classical GS twice: the reference's MGS2 up to rounding, with fewer dependent
-    # reductions). A column left with less than DROP of its squared norm depends on the
-    # earlier ones and is replaced by e_r made orthogonal to them. Columns >= RANK come back zero.
-    idx = tl.arange(0, x.shape[1])
-    cols = idx[None, :]
-    out = tl.zeros_like(x)
-    for r in tl.static_range(RANK):
-        v = tl.sum(tl.where(cols == r, x, 0.0), axis=1)
-        if r > 0:
-            # each pass's cross-warp reduction also gives |v|^2 (column r of out is still zero)
-            red = tl.sum(tl.where(cols == r, v[:, None], out) * v[:, None], axis=0)
-            v0 = tl.sum(tl.where(idx == r, red, 0.0), axis=0)
-            v = v - tl.sum(out * red[None, :], axis=1)
-            red = tl.sum(tl.where(cols == r, v[:, None], out) * v[:, None], axis=0)
-            vv = tl.sum(tl.where(idx == r, red, 0.0), axis=0)
-            cc = tl.sum(tl.where(idx < r, red * red, 0.0), axis=0)
-            v = v - tl.sum(out * red[None, :], axis=1)
-            # q_j orthonormal: |v - sum c_j q_j|^2 = |v|^2 - sum c_j^2 (c_j tiny after pass one)
-            norm2 = vv - cc
-            if norm2 < 0.5 * vv:  # cancellation: measure directly
-                norm2 = tl.sum(v * v, axis=0)
-            if norm2 <= DROP * v0:
-                # v depends on the earlier columns (a q0 with repeated columns, a rank-deficient
-                # state): take the unit vector e_r instead, so the block keeps RANK directions
-                # (the reference's normalised rounding noise may come out parallel to q_0)
-                v = tl.where(tl.arange(0, x.shape[0]) == r, 1.0, 0.0)
-                for _ in tl.static_range(2):
-                    v = v - tl.sum(out * tl.sum(out * v[:, None], axis=0)[None, :], axis=1)
-                norm2 = tl.sum(v * v, axis=0)
-        else:
+def _add4(a0, a1, a2, a3, b0, b1, b2, b3):
+    return a0 + b0, a1 + b1, a2 + b2, a3 + b3
+
+
+@triton.jit
+def _project_out(v, b0, b1, b2):
+    # v minus its components along the orthonormal b0..b2 (zero where not built yet); the same
+    # reduction gives |v|^2, so a pass costs one exchange between warps
+    c0, c1, c2, vv = tl.reduce((b0 * v, b1 * v, b2 * v, v * v), 0, _add4)
+    return v - c0 * b0 - c1 * b1 - c2 * b2, vv, c0 * c0 + c1 * c1 + c2 * c2
+
+
+@triton.jit
+def _unit_direction(v, b0, b1, b2, r: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr):
+    # Column r of Gram-Schmidt: v projected out of b0..b{r-1} twice (classical GS twice: the
+    # reference's MGS2 up to rounding), then unit length. A v left with less than DROP of its
+    # squared norm depends on the earlier columns and is replaced by e_r made orthogonal to them.
+    if r == 0:
+        norm2 = tl.sum(v * v, axis=0)
+    else:
+        v, v0, _ = _project_out(v, b0, b1, b2)
+        v, vv, cc = _project_out(v, b0, b1, b2)
+        # b_j orthonormal: |v - sum c_j b_j|^2 = |v|^2 - sum c_j^2 (c_j tiny after pass one)
+        norm2 = vv - cc
+        if norm2 < 0.5 * vv:  # cancellation: measure directly
             norm2 = tl.sum(v * v, axis=0)
-        norm = tl.sqrt_rn(tl.maximum(norm2, 0.0))
-        out = tl.where(cols == r, (v / tl.maximum(norm, NORM_MIN))[:, None], out)
-    return out
+        if norm2 <= DROP * v0:
+            # a q0 with repeated columns, a rank-deficient state (the reference's normalised
+            # rounding noise may come out parallel to b_0): keep R directions
+            v = tl.where(tl.arange(0, v.shape[0]) == r, 1.0, 0.0).to(v.dtype)
+            v, _, _ = _project_out(v, b0, b1, b2)
+            v, _, _ = _project_out(v, b0, b1, b2)
+            norm2 = tl.sum(v * v, axis=0)
+    return v / tl.maximum(tl.sqrt_rn(tl.maximum(norm2, 0.0)), NORM_MIN)
+
+
+@triton.jit
+def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr):
+    # Gram-Schmidt over the R = 4 columns of x [N, RANK_PAD]; columns >= R come back zero.
+    # The columns are worked on as separate vectors, so each pass reduces 4 values, not the
+    # padded block.
+    tl.static_assert(RANK == 4)
+    cols = tl.arange(0, x.shape[1])[None, :]
+    zero = tl.zeros([x.shape[0]], dtype=x.dtype)
+    b0 = _unit_direction(tl.sum(tl.where(cols == 0, x, 0.0), axis=1), zero, zero, zero, 0, NORM_MIN, DROP)
+    b1 = _unit_direction(tl.sum(tl.where(cols == 1, x, 0.0), axis=1), b0, zero, zero, 1, NORM_MIN, DROP)
+    b2 = _unit_direction(tl.sum(tl.where(cols == 2, x, 0.0), axis=1), b0, b1, zero, 2, NORM_MIN, DROP)
+    b3 = _unit_direction(tl.sum(tl.where(cols == 3, x, 0.0), axis=1), b0, b1, b2, 3, NORM_MIN, DROP)
+    return tl.where(cols == 0, b0[:, None], tl.where(cols == 1, b1[:, None],
+                    tl.where(cols == 2, b2[:, None], tl.where(cols == 3, b3[:, None], 0.0))))
 
 
 @triton.jit
@@ -179,7 +193,10 @@ def _flush_program(
 
     # rebuild: fp16 x fp16 products are exact in fp32, so the token part needs no split
     s = _mma(q_old_t, u_old, None, UPCAST)
-    s = (codes.to(tl.float32) * (s_v * (1.0 / QM))[:, None] * s_k[None, :] + s) * decay[None, :]
+    # int8 -> fp32 through the fp32 mantissa (integer add, float subtract): I2F runs at a
+    # quarter of the FP32 rate
+    codes_f = (codes.to(tl.int32) + MAGIC_BITS).to(tl.float32, bitcast=True) - MAGIC
+    s = (codes_f * (s_v * (1.0 / QM))[:, None] * s_k[None, :] + s) * decay[None, :]
     kh, kl = _split_bf16(keys)
     s = _mma(vals_t, kh, s, UPCAST)
     s = _mma(vals_t, kl, s, UPCAST)
@@ -207,7 +224,9 @@ def _flush_program(
     # residual against the rounded tokens: fp16 x fp16 products are exact in fp32
     e = _mma(-q_new_t, u_new, s, UPCAST)
     ae = tl.abs(e)
-    s_k_new = tl.maximum(tl.sqrt_rn(tl.sum(ae, axis=0) * (1.0 / NV)), SCALE_MIN)
+    # each thread computes the scales of all its 32 columns: the fast sqrt (within 1 ulp) keeps
+    # that cheap; the codes use the stored scales, so the decoded state is unaffected
+    s_k_new = tl.maximum(tl.sqrt(tl.sum(ae, axis=0) * (1.0 / NV)), SCALE_MIN)
     inv_k = 1.0 / s_k_new
     s_v_new = tl.maximum(tl.max(ae * inv_k[None, :], axis=1), SCALE_MIN)
     x = e * inv_k[None, :] * (QM / s_v_new)[:, None]
