@@ -19,7 +19,7 @@ POINTERS = {
     "codes_in": "*i8", "sk_in": "*fp32", "sv_in": "*fp32", "u_in": "*fp16", "q_in": "*fp16",
     "codes_out": "*i8", "sk_out": "*fp32", "sv_out": "*fp32", "u_out": "*fp16", "q_out": "*fp16",
     "kbuf": "*bf16", "ubuf": "*bf16", "gbuf": "*fp16", "w": "*fp32", "pcum": "*fp32", "q0": "*fp32",
-    "idx": "*i32", "hcnt": "*i32", "num_programs": "i32",
+    "idx": "*i32", "hcnt": "*i32", "num_programs": "i32", "picks": "*i32", "pick_stride": "i32",
 }
 NUM_STAGES = int(os.environ.get("NUM_STAGES", "1"))
 DENSE_STRIDES = dict(C_SLOT=32 * 16384, C_HEAD=16384, SK_SLOT=32 * 128, SK_HEAD=128, SV_SLOT=32 * 128,
@@ -28,12 +28,12 @@ DENSE_STRIDES = dict(C_SLOT=32 * 16384, C_HEAD=16384, SK_SLOT=32 * 128, SK_HEAD=
 
 def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None, module=flush):
     params = [p.name for p in module._flush_kernel.params]
-    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": False, "SPLIT3": module.SUBSPACE_SPLIT == 3, **module._CONSTANTS,
+    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": False, "CTAS": 132, "SPLIT3": module.SUBSPACE_SPLIT == 3, **module._CONSTANTS,
               **(extra or {})}
     sig = {}
     for name in params:
         sig[name] = POINTERS.get(name, "constexpr")
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params) if n in POINTERS and n not in ("q0", "idx")}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params) if n in POINTERS and n not in ("q0", "idx", "picks")}
     src = ASTSource(module._flush_kernel, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params},
                     attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": NUM_STAGES})

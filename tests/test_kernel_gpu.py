@@ -7,6 +7,7 @@ import torch
 from conftest import requires_cuda, same_bits, snapshot
 import flush_checks
 from leapquant.kda import L, Pool, flush_inplace, inputs, run
+from leapquant.kda import flush as flush_mod
 from leapquant.kda.flush import _flush_kernel
 
 pytestmark = [requires_cuda, pytest.mark.gpu]
@@ -130,6 +131,21 @@ def test_flush_inplace_any_selection_pattern(seed):
     q0 = inputs.make("random", 1, "cuda", seed=seed)["q0"]
     v = flush_checks.pool_mode(pool, idx.cuda(), due.cuda(), flush_inplace, q0)
     assert v["ok"] and v["untouched"] and v["reset"], v
+
+
+@pytest.mark.parametrize("tile", [flush_mod.FLAG_TILE, 64])
+def test_pool_grids_agree_bit_for_bit(monkeypatch, tile):
+    # resident CTAs sharing out the ranked due programs (with a one- or many-tile flag scan)
+    # against one CTA per candidate: the same program body, so the same bits
+    q0 = inputs.make("random", 1, "cuda", seed=4)["q0"]
+    results = []
+    for persistent in (False, True):
+        monkeypatch.setattr(flush_mod, "PERSISTENT_POOL", persistent)
+        monkeypatch.setattr(flush_mod, "FLAG_TILE", tile)
+        pool, idx, due = flush_checks.due_pool("cuda", "random", 7)
+        flush_inplace(pool, idx, q0)
+        results.append(snapshot(pool))
+    assert all(same_bits(results[0][n], results[1][n]) for n in results[0])
 
 
 def test_bad_arguments_on_cuda():

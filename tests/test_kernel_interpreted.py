@@ -38,7 +38,7 @@ def test_interpreted_kernel_three_part_products(verdicts):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("grid", ["pool", "pool_persistent"])
+@pytest.mark.parametrize("grid", ["pool", "pool_persistent", "pool_persistent_tiles"])
 def test_interpreted_kernel_pool_mode(verdicts, grid):
     v = verdicts[grid]
     assert v["ok"] and v["untouched"] and v["reset"], v

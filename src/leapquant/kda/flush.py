@@ -26,11 +26,11 @@ NUM_WARPS = 8
 SUBSPACE_SPLIT = 2  # bf16 parts per operand in the subspace products (2 or 3)
 MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (NOTES.md)
 CTAS_PER_SM = 1  # at ~250 registers per thread, one 8-warp CTA fills an SM's register file
-# Resident CTAs looping over candidates make a call with nothing due cost 4 us instead of 87 us
-# at B=512, but the loop pushes the body past 255 registers (spills): all due runs 44% slower and
-# 1 in 16 due twice as slow (NOTES.md). Off until the body fits.
-PERSISTENT_POOL = False
-FLAG_TILE = 128  # due flags read per gather; 16384 candidates / 132 CTAs fit one tile
+# Pool calls run on resident CTAs that rank the due programs and share them out: a call with
+# nothing due costs 9 us instead of 86 us at B=512 and 1 in 16 due runs 20-25% faster; all due
+# runs ~5% slower than one CTA per candidate (NOTES.md).
+PERSISTENT_POOL = True
+FLAG_TILE = 16384  # due flags a CTA gathers at once: 512 slots x 32 heads
 
 
 @triton.jit
@@ -84,7 +84,10 @@ def _add4(a0, a1, a2, a3, b0, b1, b2, b3):
 def _project_out(v, b0, b1, b2):
     # v minus its components along the orthonormal b0..b2 (zero where not built yet); the same
     # reduction gives |v|^2, so a pass costs one exchange between warps
-    c0, c1, c2, vv = tl.reduce((b0 * v, b1 * v, b2 * v, v * v), 0, _add4)
+    parts = tl.join(tl.join(b0 * v, b1 * v), tl.join(b2 * v, v * v))  # [N, 2, 2], in-thread
+    c01, c2v = tl.split(tl.sum(parts, axis=0))
+    c0, c1 = tl.split(c01)
+    c2, vv = tl.split(c2v)
     return v - c0 * b0 - c1 * b1 - c2 * b2, vv, c0 * c0 + c1 * c1 + c2 * c2
 
 
@@ -150,7 +153,7 @@ def _guard_overflow(uk, qv, LIMIT: tl.constexpr):
     return uk * _pow2(-e)[None, :], qv * _pow2(e)[None, :]
 
 
-@triton.jit
+@triton.jit(noinline=True)
 def _flush_program(
     slot, head,
     codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
@@ -247,12 +250,13 @@ def _flush_program(
         tl.store(pcum + prog * NK + k, tl.zeros([NK], dtype=tl.float32))
 
 
-@triton.jit(do_not_specialize=["q0", "idx", "num_programs"])  # no recompile per batch or alignment
+@triton.jit(do_not_specialize=["q0", "idx", "num_programs", "picks", "pick_stride"])  # no recompile per batch or alignment
 def _flush_kernel(
     codes_in, sk_in, sv_in, u_in, q_in,  # old checkpoint
     codes_out, sk_out, sv_out, u_out, q_out,  # new checkpoint (aliases the old one in a pool)
     kbuf, ubuf, gbuf, w, pcum, q0, idx, hcnt,
     num_programs,  # candidate programs: len(idx) * H in a pool, B * H otherwise
+    picks, pick_stride,  # persistent grid: int32 scratch, pick_stride words per CTA
     C_SLOT: tl.constexpr, C_HEAD: tl.constexpr,  # element strides of the checkpoint tensors
     SK_SLOT: tl.constexpr, SK_HEAD: tl.constexpr,
     SV_SLOT: tl.constexpr, SV_HEAD: tl.constexpr,
@@ -262,7 +266,8 @@ def _flush_kernel(
     UPCAST: tl.constexpr,  # running under TRITON_INTERPRET=1
     SPLIT3: tl.constexpr,  # subspace products with 3-part bf16 operands (else 2)
     PERSISTENT: tl.constexpr,  # a grid of resident CTAs looping over candidates
-    TILE: tl.constexpr,  # candidates whose flags one CTA reads at once (persistent grid)
+    TILE: tl.constexpr,  # candidates whose flags a CTA reads at once (persistent grid)
+    CTAS: tl.constexpr,  # persistent grid size (resident CTAs on the device)
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
     NR: tl.constexpr, RP: tl.constexpr,
     QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
@@ -287,37 +292,42 @@ def _flush_kernel(
             QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS,
         )
         return
-    # Persistent grid: CTA c owns candidates c, c + G, c + 2G, ...; it reads their due flags a
-    # tile at a time and flushes only the due ones, so a call with nothing due costs one
-    # gather per CTA instead of one CTA launch per candidate.
+    # Persistent grid (pool mode): every CTA reads all due flags, ranks the due programs in
+    # candidate order, and takes ranks pid, pid + G, ...: balanced for any pattern, and a call
+    # with nothing due costs one flag scan instead of one CTA launch per candidate. The body is
+    # a separate function, so its registers do not add to the loop's.
     pid = tl.program_id(0)
-    G = tl.num_programs(0)
-    lane = tl.arange(0, TILE)
-    for first in range(0, tl.cdiv(num_programs - pid, G), TILE):
-        cand = pid + G * (first + lane)
-        inb = cand < num_programs
-        if IN_PLACE:
-            slots = tl.load(idx + cand // NH, mask=inb, other=0)
-            fill = tl.load(hcnt + slots.to(tl.int64) * NH + cand % NH, mask=inb & (slots > 0), other=0)
-            due = inb & (slots > 0) & (fill == NL)
-        else:
-            due = inb
-        rank = tl.cumsum(due.to(tl.int32), axis=0) - 1
-        for t in range(tl.sum(due.to(tl.int32), axis=0)):
-            pick = due & (rank == t)
-            c = tl.sum(tl.where(pick, cand, 0), axis=0)
-            if IN_PLACE:  # the slot was gathered with the flags
-                due_slot = tl.sum(tl.where(pick, slots, 0), axis=0).to(tl.int64)
-            else:
-                due_slot = (c // NH).to(tl.int64)
-            _flush_program(
-                due_slot, c % NH,
-                codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-                kbuf, ubuf, gbuf, w, pcum, q0,
-                C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, SPLIT3, NH, NV, NK, NL, NR, RP,
-                QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS,
-            )
+    G: tl.constexpr = CTAS  # a constant divisor: the rank arithmetic stays multiply-shift
+    # a tile is [slots, heads]: the rank scan runs over the heads inside a warp and over the
+    # slots once, instead of one long scan over every candidate
+    row = tl.arange(0, TILE // NH)
+    head = tl.arange(0, NH)
+    mine = picks + pid * pick_stride
+    count = 0
+    for first in range(0, num_programs // NH, TILE // NH):
+        slots = tl.load(idx + first + row, mask=first + row < num_programs // NH, other=0)
+        live = (slots > 0)[:, None]
+        fill = tl.load(hcnt + slots.to(tl.int64)[:, None] * NH + head[None, :], mask=live, other=0)
+        due = live & (fill == NL)
+        per_slot = tl.sum(due.to(tl.int32), axis=1)
+        rank = count + (tl.cumsum(per_slot, axis=0) - per_slot)[:, None] + tl.cumsum(due.to(tl.int32), axis=1) - 1
+        tl.store(mine + rank // G, slots[:, None] * NH + head[None, :], mask=due & (rank % G == pid))
+        count += tl.sum(per_slot, axis=0)
+    tl.debug_barrier()  # the picks are written by other threads of this CTA
+    n_mine = tl.cdiv(count - pid, G)
+    prog = tl.load(mine, mask=n_mine > 0, other=0).to(tl.int32)  # (functional: a dummy pointer)
+    for t in range(0, n_mine):
+        # the next pick is loaded before this program runs, so its latency is hidden
+        after = tl.load(mine + t + 1, mask=t + 1 < n_mine, other=0).to(tl.int32)
+        _flush_program(
+            (prog // NH).to(tl.int64), prog % NH,
+            codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+            kbuf, ubuf, gbuf, w, pcum, q0,
+            C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+            Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, SPLIT3, NH, NV, NK, NL, NR, RP,
+            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS,
+        )
+        prog = after
 
 
 def _strides(codes, s_k, s_v, u, q) -> dict:
@@ -347,7 +357,12 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None):
+def pick_words(num_slots: int, device: torch.device) -> int:
+    """int32 words of scratch the persistent pool grid needs for a pool of ``num_slots``."""
+    return num_slots * H + _resident_ctas(device)
+
+
+def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None):
     """Launch the flush kernel.
 
     ``ckpt_in``/``ckpt_out``: ``(codes, s_k, s_v, u, q)`` tensors of shape ``[S, H, ...]`` with
@@ -356,7 +371,8 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None):
     ``[N]``) and ``hcnt`` (int32 ``[S, H]``), programs ``(idx[i], h)`` run only where
     ``idx[i] > 0`` and ``hcnt == L`` and get their window reset; without them, every
     ``(b, h)`` of the batch runs and the window is left alone. No host synchronisation.
-    Returns Triton's launched kernel object (registers, spills), or None for an empty launch.
+    ``picks``: int32 scratch of ``pick_words(S, device)`` words for the persistent pool grid
+    (allocated here when not given). Returns Triton's launched kernel object (registers, spills), or None for an empty launch.
     """
     in_place = idx is not None
     num_programs = (idx.numel() if in_place else ckpt_in[0].shape[0]) * H
@@ -366,14 +382,19 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None):
     kbuf, ubuf, gbuf, w, pcum = window
     # a pool call may have nothing due: loop over candidates in resident CTAs
     persistent = in_place and PERSISTENT_POOL
-    grid = (min(num_programs, _resident_ctas(q0.device)) if persistent else num_programs,)
+    grid = (_resident_ctas(q0.device) if persistent else num_programs,)
+    # due programs are at most the pool's (slots * heads), so a CTA picks at most this many
+    pick_stride = triton.cdiv(min(num_programs, hcnt.shape[0] * H), grid[0]) if persistent else 0
+    if persistent and picks is None:
+        picks = torch.empty(pick_words(hcnt.shape[0], q0.device), dtype=torch.int32, device=q0.device)
     # launch on the tensors' GPU, which need not be the current device
     with torch.cuda.device(q0.device) if q0.is_cuda else contextlib.nullcontext():
         return _flush_kernel[grid](
             *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
             idx if in_place else dummy, hcnt if in_place else dummy, num_programs,
+            picks if persistent else dummy, pick_stride,
             **_strides(*ckpt_in), IN_PLACE=in_place, UPCAST=_interpreting(), PERSISTENT=persistent,
             SPLIT3=SUBSPACE_SPLIT == 3,
-            TILE=FLAG_TILE, **_CONSTANTS,
+            TILE=FLAG_TILE, CTAS=grid[0], **_CONSTANTS,
             num_warps=NUM_WARPS, num_stages=1, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
         )

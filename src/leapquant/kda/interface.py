@@ -107,7 +107,7 @@ def flush_inplace(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
     if pool.device.type == "cuda":
         from .flush import launch_flush
 
-        launch_flush(pool.checkpoint, pool.checkpoint, pool.window, q0, idx=idx, hcnt=pool.hcnt)
+        launch_flush(pool.checkpoint, pool.checkpoint, pool.window, q0, idx=idx, hcnt=pool.hcnt, picks=pool.picks)
         return
     _flush_cpu(pool, idx, q0)
 

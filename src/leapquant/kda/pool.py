@@ -63,6 +63,9 @@ class Pool:
         self.gbuf = torch.ones(NS, H, L, K, dtype=torch.float16, device=dev)
         self.hcnt = torch.zeros(NS, H, dtype=torch.int32, device=dev)
         if dev.type == "cuda":
+            from .flush import pick_words
+
+            self.picks = torch.empty(pick_words(NS, dev), dtype=torch.int32, device=dev)  # kernel scratch
             self._warm_up()
 
     def _view(self, dtype, shape, inner_strides, byte_offset):
