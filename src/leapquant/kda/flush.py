@@ -30,6 +30,8 @@ CTAS_PER_SM = 1  # at ~250 registers per thread, one 8-warp CTA fills an SM's re
 # nothing due costs 9 us instead of 86 us at B=512 and 1 in 16 due runs 20-25% faster; all due
 # runs ~5% slower than one CTA per candidate (NOTES.md).
 PERSISTENT_POOL = True
+# Gram-Schmidt passes for qk (the iterate, which only needs to span S^T q0): one (NOTES.md)
+QK_TWICE = tl.constexpr(False)
 FLAG_TILE = 16384  # due flags a CTA gathers at once: 512 slots x 32 heads
 
 
@@ -92,15 +94,18 @@ def _project_out(v, b0, b1, b2):
 
 
 @triton.jit
-def _unit_direction(v, b0, b1, b2, r: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr):
-    # Column r of Gram-Schmidt: v projected out of b0..b{r-1} twice (classical GS twice: the
+def _unit_direction(v, b0, b1, b2, r: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
+                    TWICE: tl.constexpr):
+    # Column r of Gram-Schmidt: v projected out of b0..b{r-1} (TWICE: classical GS twice, the
     # reference's MGS2 up to rounding), then unit length. A v left with less than DROP of its
     # squared norm depends on the earlier columns and is replaced by e_r made orthogonal to them.
     if r == 0:
         norm2 = tl.sum(v * v, axis=0)
     else:
-        v, v0, _ = _project_out(v, b0, b1, b2)
-        v, vv, cc = _project_out(v, b0, b1, b2)
+        v, v0, cc = _project_out(v, b0, b1, b2)
+        vv = v0
+        if TWICE:
+            v, vv, cc = _project_out(v, b0, b1, b2)
         # b_j orthonormal: |v - sum c_j b_j|^2 = |v|^2 - sum c_j^2 (c_j tiny after pass one)
         norm2 = vv - cc
         if norm2 < 0.5 * vv:  # cancellation: measure directly
@@ -116,17 +121,18 @@ def _unit_direction(v, b0, b1, b2, r: tl.constexpr, NORM_MIN: tl.constexpr, DROP
 
 
 @triton.jit
-def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr):
+def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
+                      TWICE: tl.constexpr):
     # Gram-Schmidt over the R = 4 columns of x [N, RANK_PAD]; columns >= R come back zero.
     # The columns are worked on as separate vectors, so each pass reduces 4 values, not the
     # padded block.
     tl.static_assert(RANK == 4)
     cols = tl.arange(0, x.shape[1])[None, :]
     zero = tl.zeros([x.shape[0]], dtype=x.dtype)
-    b0 = _unit_direction(tl.sum(tl.where(cols == 0, x, 0.0), axis=1), zero, zero, zero, 0, NORM_MIN, DROP)
-    b1 = _unit_direction(tl.sum(tl.where(cols == 1, x, 0.0), axis=1), b0, zero, zero, 1, NORM_MIN, DROP)
-    b2 = _unit_direction(tl.sum(tl.where(cols == 2, x, 0.0), axis=1), b0, b1, zero, 2, NORM_MIN, DROP)
-    b3 = _unit_direction(tl.sum(tl.where(cols == 3, x, 0.0), axis=1), b0, b1, b2, 3, NORM_MIN, DROP)
+    b0 = _unit_direction(tl.sum(tl.where(cols == 0, x, 0.0), axis=1), zero, zero, zero, 0, NORM_MIN, DROP, TWICE)
+    b1 = _unit_direction(tl.sum(tl.where(cols == 1, x, 0.0), axis=1), b0, zero, zero, 1, NORM_MIN, DROP, TWICE)
+    b2 = _unit_direction(tl.sum(tl.where(cols == 2, x, 0.0), axis=1), b0, b1, zero, 2, NORM_MIN, DROP, TWICE)
+    b3 = _unit_direction(tl.sum(tl.where(cols == 3, x, 0.0), axis=1), b0, b1, b2, 3, NORM_MIN, DROP, TWICE)
     return tl.where(cols == 0, b0[:, None], tl.where(cols == 1, b1[:, None],
                     tl.where(cols == 2, b2[:, None], tl.where(cols == 3, b3[:, None], 0.0))))
 
@@ -217,8 +223,10 @@ def _flush_program(
         sm = sh
     sht, smt, slt = tl.trans(sh), tl.trans(sm), tl.trans(sl)
     q0p = tl.load(q0 + v[:, None] * NR + r[None, :], mask=live[None, :], other=0.0)  # [V, RP]
-    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST), NR, NORM_MIN, DROP)  # [K, RP]
-    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST), NR, NORM_MIN, DROP)  # [V, RP]
+    # qk only has to span S^T q0 well (b = S qk spans the same space for any basis of it), so
+    # one Gram-Schmidt pass does; qv is the token basis and gets both
+    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST), NR, NORM_MIN, DROP, QK_TWICE)  # [K, RP]
+    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST), NR, NORM_MIN, DROP, True)  # [V, RP]
     uk = _dot_fp32(sht, smt, slt, qv, SPLIT3, UPCAST) * _pow2(ex)
     uk, qv = _guard_overflow(uk, qv, U_LIMIT)
     u_new = tl.trans(uk).to(tl.float16)  # [RP, K]
