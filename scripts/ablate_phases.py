@@ -2,9 +2,9 @@
 
 Writes ablation copies of ``leapquant/kda/flush.py`` to a temp folder, each with one phase
 removed, and times ``launch_flush`` (functional mode, random family, 4 input sets in rotation,
-CUDA events, median of 20). The copies compute wrong checkpoints on purpose: this measures only.
-A variant named ``rev:REV`` times the kernel as committed at git revision REV instead (A/B runs
-of a kernel change in one process).
+CUDA events, median of 20, the variants taking turns call by call). The copies compute wrong checkpoints on purpose: this measures only.
+A variant named ``rev:REV`` times the kernel as committed at git revision REV, ``file:PATH`` the
+kernel module at PATH (A/B runs of kernel versions in one process).
 
     python scripts/ablate_phases.py [B] [variant,variant,...]      e.g. 256 rev:HEAD~1,full
 """
@@ -39,11 +39,16 @@ CUTS = {
 
 
 def load_variant(name: str, folder: str):
-    if name.startswith("rev:"):
-        rev = name[4:]
-        src = subprocess.run(["git", "show", f"{rev}:src/leapquant/kda/flush.py"], capture_output=True,
-                             text=True, check=True).stdout.replace("from .geometry", "from leapquant.kda.geometry")
-        name = "rev_" + "".join(c if c.isalnum() else "_" for c in rev)
+    if name.startswith(("rev:", "file:")):
+        kind, where = name.split(":", 1)
+        if kind == "rev":
+            src = subprocess.run(["git", "show", f"{where}:src/leapquant/kda/flush.py"], capture_output=True,
+                                 text=True, check=True).stdout
+        else:
+            with open(where) as f:
+                src = f.read()
+        src = src.replace("from .geometry", "from leapquant.kda.geometry")
+        name = kind + "_" + "".join(c if c.isalnum() else "_" for c in where)
         cuts = []
     else:
         src, cuts = SRC, CUTS[name]
@@ -66,26 +71,32 @@ def main():
     sets = [inputs.make("random", B, "cuda", seed=s) for s in range(4)]
     outs = [tuple(torch.empty_like(x[n]) for n in inputs.CHECKPOINT_ARGS) for x in sets]
     with tempfile.TemporaryDirectory() as folder:
+        launches, kernels = {}, {}
         for name in names:
             mod = load_variant(name, folder)
 
-            def launch(i):
+            def launch(i, mod=mod):
                 x = sets[i % 4]
                 return mod.launch_flush(tuple(x[n] for n in inputs.CHECKPOINT_ARGS), outs[i % 4],
                                         tuple(x[n] for n in inputs.WINDOW_ARGS), x["q0"])
 
-            k = launch(0)
-            times = []
-            for i in range(24):
+            kernels[name] = launch(0)  # compiles
+            launches[name] = launch
+        torch.cuda.synchronize()
+        # variants take turns call by call, so clock ramp-up and drift hit them alike
+        times = {name: [] for name in names}
+        for i in range(24):
+            for name in names:
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
-                launch(i)
+                launches[name](i)
                 b.record()
                 b.synchronize()
-                times.append(a.elapsed_time(b))
+                times[name].append(a.elapsed_time(b))
+        for name in names:
+            k = kernels[name]
             print(f"{name:16s} regs={getattr(k, 'n_regs', '?')} spills={getattr(k, 'n_spills', '?')} "
-                  f"B={B} median {statistics.median(times[4:]):.4f} ms", flush=True)
-
+                  f"B={B} median {statistics.median(times[name][4:]):.4f} ms", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -96,20 +96,22 @@ def _project_out(v, b0, b1, b2):
 @triton.jit
 def _unit_direction(v, b0, b1, b2, r: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
                     TWICE: tl.constexpr):
-    # Column r of Gram-Schmidt: v projected out of b0..b{r-1} (TWICE: classical GS twice, the
-    # reference's MGS2 up to rounding), then unit length. A v left with less than DROP of its
+    # Column r of Gram-Schmidt: v projected out of b0..b{r-1} (TWICE: classical GS twice where
+    # needed, the reference's MGS2 up to rounding), then unit length. A v left with less than DROP of its
     # squared norm depends on the earlier columns and is replaced by e_r made orthogonal to them.
     if r == 0:
         norm2 = tl.sum(v * v, axis=0)
     else:
         v, v0, cc = _project_out(v, b0, b1, b2)
-        vv = v0
-        if TWICE:
+        # b_j orthonormal: |v - sum c_j b_j|^2 = |v|^2 - sum c_j^2
+        norm2 = v0 - cc
+        # Kahan's criterion: a pass that keeps at least half of |v|^2 leaves v orthogonal to
+        # working accuracy, so the second pass runs only after cancellation (uniform branch)
+        if TWICE and norm2 < 0.5 * v0:
             v, vv, cc = _project_out(v, b0, b1, b2)
-        # b_j orthonormal: |v - sum c_j b_j|^2 = |v|^2 - sum c_j^2 (c_j tiny after pass one)
-        norm2 = vv - cc
-        if norm2 < 0.5 * vv:  # cancellation: measure directly
-            norm2 = tl.sum(v * v, axis=0)
+            norm2 = vv - cc
+            if norm2 < 0.5 * vv:  # cancellation again: measure directly
+                norm2 = tl.sum(v * v, axis=0)
         if norm2 <= DROP * v0:
             # a q0 with repeated columns, a rank-deficient state (the reference's normalised
             # rounding noise may come out parallel to b_0): keep R directions
