@@ -56,6 +56,8 @@ def test_pool_views_land_at_spec_offsets():
 def test_pool_rejects_bad_sizes():
     with pytest.raises(ValueError, match="num_slots"):
         Pool(1, "cpu")
+    with pytest.raises(ValueError, match="num_slots"):
+        Pool(1)  # the size is checked before the device
     with pytest.raises(TypeError, match="num_slots"):
         Pool(2.0, "cpu")
 
@@ -123,6 +125,22 @@ def test_run_returns_fresh_tensors_and_leaves_inputs_alone():
         assert new.data_ptr() != x[name].data_ptr()
     for a, b in zip(out, flush_cpu(**x)):
         assert torch.equal(a, b)
+
+
+def test_run_does_not_depend_on_memory_layout():
+    # the same values laid out column-major (codes, kbuf) or as a strided batch view give the same bits
+    x = inputs.make("random", 2, "cpu", seed=6)
+    dense = run(**x)
+    y = dict(x)
+    for name in ("codes", "kbuf", "gbuf"):
+        y[name] = x[name].transpose(-1, -2).contiguous().transpose(-1, -2)
+    assert not y["codes"].is_contiguous()
+    for a, b in zip(dense, run(**y)):
+        assert same_bits(a, b)
+    doubled = {n: (torch.stack([t, t], 1).flatten(0, 1) if n != "q0" else t) for n, t in x.items()}
+    strided = {n: (t[::2] if n != "q0" else t) for n, t in doubled.items()}
+    for a, b in zip(dense, run(**strided)):
+        assert same_bits(a, b)
 
 
 def test_bad_arguments_name_the_argument():

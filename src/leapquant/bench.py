@@ -1,5 +1,7 @@
-"""``python -m leapquant.bench``: accuracy of ``run`` on the three input families, then the speed
-of ``flush_inplace`` against the memory floor measured in the same process (SPEC sections 5, 9).
+"""``python -m leapquant.bench``: accuracy of ``run`` on the three SPEC input families and the three
+stress families, then the speed of ``flush_inplace`` against the memory floor measured in the same
+process (SPEC sections 5, 9). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
+conless-leapquant-kda-flush.
 
 Timing: deployment form (a Pool), every program due, CUDA kernel time of the flush kernel from the
 PyTorch profiler (copies and fills excluded by name), 4 warm-up and 16 timed calls, L2-cold:
@@ -117,6 +119,8 @@ def _stress_cell(a: dict) -> str:
 
 
 def main(argv=None) -> int:
+    """Command-line entry (``argv``: list of str, default ``sys.argv[1:]``). Returns the exit
+    code: 0 when every accuracy case passes, 1 otherwise; argparse exits with 2 on bad options."""
     ap = argparse.ArgumentParser(prog="python -m leapquant.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch-sizes", type=parse_sizes, default=None,
                     help=f"comma list (default {DEFAULT_SIZES}; {CPU_SIZES} on CPU)")

@@ -1,4 +1,6 @@
-"""Shared pieces of the command-line reports: environment record, accuracy cases, tables."""
+"""Shared pieces of the command-line reports: environment record, accuracy cases, tables.
+Source of the criterion and the families: LeapQuant (arXiv 2609.38166); NVlabs/kda request
+conless-leapquant-kda-flush."""
 
 from __future__ import annotations
 
@@ -86,6 +88,8 @@ def fmt(v, spec: str = ".4f") -> str:
 
 
 def table(headers: list[str], rows: list[list]) -> str:
+    """Plain-text table: ``headers`` (n str) over ``rows`` (lists of n values, printed with
+    ``str``), right-aligned columns separated by two spaces."""
     cells = [headers] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.rjust(wd) for c, wd in zip(r, widths)) for r in cells]

@@ -56,6 +56,11 @@ class FormResult:
 
 
 def judge_form(err_c: torch.Tensor, err_r: torch.Tensor, mag: torch.Tensor) -> FormResult:
+    """Apply the criterion (SPEC section 5) to matching fp64 tensors of per-head errors:
+    ``err_c`` the candidate's and ``err_r`` the fp32 reference's mean |decode - S|, ``mag``
+    mean |S|, any shape (``[H]`` for the head form, ``[B, H]`` for every (batch, head)).
+    Ratio bound 1.01 where the reference error is >= 1e-4 * mag, else err_c <= 1e-3 * mag.
+    Source: NVlabs/kda request conless-leapquant-kda-flush; LeapQuant (arXiv 2609.38166)."""
     by_ratio = (err_r >= CAPTURED_BELOW * mag) & (err_r > 0)
     ok = torch.where(by_ratio, err_c <= RATIO_BOUND * err_r, err_c <= CAP * mag)
     nan = torch.full_like(err_c, float("nan"))

@@ -43,6 +43,9 @@ def decode(codes, s_k, s_v, u, q, dtype: torch.dtype = torch.float32) -> torch.T
 
     Returns:
         ``[..., V, K]`` tensor of ``dtype`` on the inputs' device.
+
+    Raises: nothing of its own; it does not validate its inputs (shapes that do not broadcast
+    raise torch's RuntimeError).
     """
     residual = codes.to(dtype) * (s_k.to(dtype) / QMAX).unsqueeze(-2) * s_v.to(dtype).unsqueeze(-1)
     return residual + torch.einsum("...rv,...rk->...vk", q.to(dtype), u.to(dtype))

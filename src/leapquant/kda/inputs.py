@@ -160,7 +160,14 @@ def all_families() -> tuple[str, ...]:
 
 
 def make(family: str, B: int, device="cpu", seed: int = 0) -> dict:
-    """Inputs of ``family`` (one of FAMILIES or STRESS_FAMILIES) for ``B`` sequences."""
+    """Inputs of ``family`` (one of FAMILIES or STRESS_FAMILIES) for ``B`` sequences, drawn
+    with ``seed`` on ``device``: a dict with the flush arguments of ``run`` (``FLUSH_ARGS``),
+    codes int8 ``[B, H, V, K]``, s_k fp32 ``[B, H, K]``, s_v fp32 ``[B, H, V]``, u fp16
+    ``[B, H, R, K]``, q fp16 ``[B, H, R, V]``, kbuf bf16 ``[B, H, L, K]``, ubuf bf16
+    ``[B, H, L, V]``, gbuf fp16 ``[B, H, L, K]``, w fp32 ``[B, H, L]``, pcum fp32 ``[B, H, K]``
+    and q0 fp32 ``[V, R]``. Raises ValueError for an unknown family.
+    Source: SPEC section 6 (NVlabs/kda request conless-leapquant-kda-flush; LeapQuant, arXiv
+    2609.38166); the stress families are this package's."""
     if family not in BUILDERS:
         raise ValueError(f"family must be one of {sorted(BUILDERS)}, got {family!r}")
     return BUILDERS[family](B, device, seed)

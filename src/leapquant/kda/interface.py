@@ -47,12 +47,14 @@ def run(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
     fields = dict(codes=codes, s_k=s_k, s_v=s_v, u=u, q=q, kbuf=kbuf, ubuf=ubuf, gbuf=gbuf, w=w, pcum=pcum)
     batch, device = check_batch(fields)
     check_q0(q0, device)
+    # dense copies where needed: the result must not depend on the inputs' memory layout
+    fields = {n: t.contiguous() for n, t in fields.items()}
     if device.type != "cuda":
         return flush_cpu(**fields, q0=q0)
     from .flush import launch_flush
 
-    ckpt_in = tuple(fields[n].contiguous() for n in CHECKPOINT_FIELDS)
-    window = tuple(fields[n].contiguous() for n in WINDOW_FIELDS)
+    ckpt_in = tuple(fields[n] for n in CHECKPOINT_FIELDS)
+    window = tuple(fields[n] for n in WINDOW_FIELDS)
     ckpt_out = tuple(torch.empty_like(t) for t in ckpt_in)
     launch_flush(ckpt_in, ckpt_out, window, q0)
     return ckpt_out

@@ -121,6 +121,8 @@ def reference(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
     Returns:
         ``(codes, s_k, s_v, u, q)``, new tensors with the input dtypes and shapes.
 
+    Raises: nothing of its own; it does not validate its inputs (``run`` does).
+
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
     """
     return _flush(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, robust=False)

@@ -42,10 +42,10 @@ class Pool:
         if isinstance(num_slots, bool) or not hasattr(num_slots, "__index__"):
             raise TypeError(f"num_slots must be an int, got {type(num_slots).__name__}")
         num_slots = operator.index(num_slots)
-        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device is cuda, but CUDA is not available: pass device='cpu'")
         if num_slots < 2:
             raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
+        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device is cuda, but CUDA is not available: pass device='cpu'")
         self.num_slots = num_slots
         NS = num_slots
         self.raw = torch.zeros(NS * SLOT_WORDS + POOL_OFFSET_WORDS, dtype=torch.float32, device=device)
@@ -86,8 +86,12 @@ class Pool:
         return self.kbuf, self.ubuf, self.gbuf, self.w, self.pcum
 
     def check_index(self, idx: torch.Tensor) -> None:
-        """Check slot ids on the host (synchronises): ValueError for an id >= num_slots or a
-        positive id given twice. ``flush_inplace`` trusts ``idx`` and does not check values."""
+        """Check slot ids on the host (synchronises). ``idx``: integer tensor ``[N]`` of slot
+        ids (entries <= 0 are padding and may repeat), on any device.
+
+        Raises TypeError if ``idx`` is not a tensor; ValueError for an id >= num_slots or a
+        positive id given twice. ``flush_inplace`` trusts ``idx`` and does not check values.
+        Source: SPEC section 7 (NVlabs/kda request conless-leapquant-kda-flush)."""
         if not isinstance(idx, torch.Tensor):
             raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
         ids = idx.detach().cpu().long()
