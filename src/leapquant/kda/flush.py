@@ -26,7 +26,7 @@ ROUND_MAGIC_BITS = 0x4B400000
 NUM_WARPS = 8
 SUBSPACE_SPLIT = 2  # bf16 parts per operand in the subspace products (2 or 3)
 MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (NOTES.md)
-CTAS_PER_SM = 1  # at ~250 registers per thread, one 8-warp CTA fills an SM's register file
+CTAS_PER_SM = 1  # at ~240 registers per thread, one 8-warp CTA fills an SM's register file
 # Pool calls run on resident CTAs that rank the due programs and share them out: a call with
 # nothing due costs 9 us instead of 86 us at B=512 and 1 in 16 due runs 20-25% faster; all due
 # runs ~5% slower than one CTA per candidate (NOTES.md).
