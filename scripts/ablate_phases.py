@@ -2,7 +2,8 @@
 
 Writes ablation copies of ``leapquant/kda/flush.py`` to a temp folder, each with one phase
 removed, and times ``launch_flush`` (functional mode, random family, 4 input sets in rotation,
-CUDA events, median of 20, the variants taking turns call by call). The copies compute wrong checkpoints on purpose: this measures only.
+CUDA events, median of 20, the variants taking turns call by call). The copies compute wrong
+checkpoints on purpose: this measures only.
 A variant named ``rev:REV`` times the kernel as committed at git revision REV, ``file:PATH`` the
 kernel module at PATH (A/B runs of kernel versions in one process).
 
@@ -21,8 +22,9 @@ import torch
 from leapquant.kda import flush, inputs
 
 SRC = open(flush.__file__).read().replace("from .geometry", "from leapquant.kda.geometry")
-SUBSPACE = ("    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST), NR, NORM_MIN, DROP)  # [K, RP]\n"
-            "    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST), NR, NORM_MIN, DROP)  # [V, RP]\n")
+SUBSPACE = ("    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST), NR, NORM_MIN, DROP, QK_TWICE)"
+            "  # [K, RP]\n"
+            "    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST), NR, NORM_MIN, DROP, True)  # [V, RP]\n")
 PRODUCTS = ("    qk = _dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST)\n"
             "    qv = _dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST)\n")
 TOKENS = "    uk = _dot_fp32(sht, smt, slt, qv, SPLIT3, UPCAST) * _pow2(ex)\n"
@@ -97,6 +99,7 @@ def main():
             k = kernels[name]
             print(f"{name:16s} regs={getattr(k, 'n_regs', '?')} spills={getattr(k, 'n_spills', '?')} "
                   f"B={B} median {statistics.median(times[name][4:]):.4f} ms", flush=True)
+
 
 if __name__ == "__main__":
     main()

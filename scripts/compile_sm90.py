@@ -14,6 +14,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from leapquant.kda import flush
+from leapquant.kda.geometry import H, K, R, V
 
 POINTERS = {
     "codes_in": "*i8", "sk_in": "*fp32", "sv_in": "*fp32", "u_in": "*fp16", "q_in": "*fp16",
@@ -22,13 +23,14 @@ POINTERS = {
     "idx": "*i32", "hcnt": "*i32", "num_programs": "i32", "picks": "*i32", "pick_stride": "i32",
 }
 NUM_STAGES = int(os.environ.get("NUM_STAGES", "1"))
-DENSE_STRIDES = dict(C_SLOT=32 * 16384, C_HEAD=16384, SK_SLOT=32 * 128, SK_HEAD=128, SV_SLOT=32 * 128,
-                     SV_HEAD=128, U_SLOT=32 * 512, U_HEAD=512, U_ROW=128, Q_SLOT=32 * 512, Q_HEAD=512, Q_ROW=128)
+H200_SMS = 132  # the persistent grid's size on the target
+DENSE_STRIDES = dict(C_SLOT=H * V * K, C_HEAD=V * K, SK_SLOT=H * K, SK_HEAD=K, SV_SLOT=H * V, SV_HEAD=V,
+                     U_SLOT=H * R * K, U_HEAD=R * K, U_ROW=K, Q_SLOT=H * R * V, Q_HEAD=R * V, Q_ROW=V)
 
 
 def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None, module=flush):
     params = [p.name for p in module._flush_kernel.params]
-    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": False, "CTAS": 132, "SPLIT3": module.SUBSPACE_SPLIT == 3, **module._CONSTANTS,
+    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": False, "CTAS": H200_SMS, "SPLIT3": module.SUBSPACE_SPLIT == 3, **module._CONSTANTS,
               **(extra or {})}
     sig = {}
     for name in params:

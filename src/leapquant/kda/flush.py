@@ -101,8 +101,9 @@ def _project_out(v, b0, b1, b2):
 def _unit_direction(v, b0, b1, b2, r: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
                     TWICE: tl.constexpr):
     # Column r of Gram-Schmidt: v projected out of b0..b{r-1} (TWICE: classical GS twice where
-    # needed, the reference's MGS2 up to rounding), then unit length. A v left with less than DROP of its
-    # squared norm depends on the earlier columns and is replaced by e_r made orthogonal to them.
+    # needed, the reference's MGS2 up to rounding), then unit length. A v left with less than
+    # DROP of its squared norm depends on the earlier columns and is replaced by e_r made
+    # orthogonal to them.
     if r == 0:
         norm2 = tl.sum(v * v, axis=0)
     else:
@@ -282,7 +283,7 @@ def _flush_kernel(
     IN_PLACE: tl.constexpr,  # pool mode: programs from idx, due when hcnt == L, window reset
     UPCAST: tl.constexpr,  # running under TRITON_INTERPRET=1
     SPLIT3: tl.constexpr,  # subspace products with 3-part bf16 operands (else 2)
-    PERSISTENT: tl.constexpr,  # a grid of resident CTAs looping over candidates
+    PERSISTENT: tl.constexpr,  # a grid of resident CTAs sharing out the due programs
     TILE: tl.constexpr,  # candidates whose flags a CTA reads at once (persistent grid)
     CTAS: tl.constexpr,  # persistent grid size (resident CTAs on the device)
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
@@ -331,11 +332,8 @@ def _flush_kernel(
         tl.store(mine + rank // G, slots[:, None] * NH + head[None, :], mask=due & (rank % G == pid))
         count += tl.sum(per_slot, axis=0)
     tl.debug_barrier()  # the picks are written by other threads of this CTA
-    n_mine = tl.cdiv(count - pid, G)
-    prog = tl.load(mine, mask=n_mine > 0, other=0).to(tl.int32)  # (functional: a dummy pointer)
-    for t in range(0, n_mine):
-        # the next pick is loaded before this program runs, so its latency is hidden
-        after = tl.load(mine + t + 1, mask=t + 1 < n_mine, other=0).to(tl.int32)
+    for t in range(0, tl.cdiv(count - pid, G)):
+        prog = tl.load(mine + t).to(tl.int32)  # (functional launches pass a dummy pointer)
         _flush_program(
             (prog // NH).to(tl.int64), prog % NH,
             codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
@@ -344,7 +342,6 @@ def _flush_kernel(
             Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, SPLIT3, NH, NV, NK, NL, NR, RP,
             QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS,
         )
-        prog = after
 
 
 def _strides(codes, s_k, s_v, u, q) -> dict:
@@ -389,7 +386,8 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     ``idx[i] > 0`` and ``hcnt == L`` and get their window reset; without them, every
     ``(b, h)`` of the batch runs and the window is left alone. No host synchronisation.
     ``picks``: int32 scratch of ``pick_words(S, device)`` words for the persistent pool grid
-    (allocated here when not given). Returns Triton's launched kernel object (registers, spills), or None for an empty launch.
+    (allocated here when not given). Returns Triton's launched kernel object (registers,
+    spills), or None for an empty launch.
     """
     in_place = idx is not None
     num_programs = (idx.numel() if in_place else ckpt_in[0].shape[0]) * H
@@ -397,7 +395,7 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
         return None
     dummy = q0  # unused pointer arguments in functional mode
     kbuf, ubuf, gbuf, w, pcum = window
-    # a pool call may have nothing due: loop over candidates in resident CTAs
+    # a pool call may have few or no programs due: resident CTAs share out the due ones
     persistent = in_place and PERSISTENT_POOL
     grid = (_resident_ctas(q0.device) if persistent else num_programs,)
     # due programs are at most the pool's (slots * heads), so a CTA picks at most this many
