@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# The one H200 run: GPU tests, accuracy on every batch size, benchmark, kernel variants.
-# Full logs under $OUT (./out when unset); a short table last.
-#   bash scripts/h200.sh [--sweep] [--ncu] [--precision]    (SWEEP_ARGS passes options to sweep.py)
+# The one H200 run: GPU tests (both kernels), accuracy on every batch size, benchmark of the
+# default kernel and of the portable one. Full logs under $OUT (./out when unset); a short table last.
+#   bash scripts/h200.sh [--sweep] [--ncu] [--precision] [--no-portable]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 { date -u; nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"; } > "$OUT/env.txt" 2>&1
-python3 -m pytest -q -m gpu tests/ > "$OUT/pytest_gpu.log" 2>&1
+timeout 300 python3 -m pytest -q -m gpu tests/ > "$OUT/pytest_gpu.log" 2>&1
 echo "gpu tests: $(tail -n 1 "$OUT/pytest_gpu.log")"
+grep -E "^(FAILED|ERROR)" "$OUT/pytest_gpu.log" | head -20
+portable=1
 for opt in "$@"; do
   case "$opt" in
+    --no-portable) portable=0 ;;
     --sweep) python3 scripts/sweep.py ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1; grep -E "num_warps|bandwidth|Error" "$OUT/sweep.log" ;;
     --ncu) ncu --clock-control none --kernel-name regex:_flush_kernel --launch-skip 1 --launch-count 1 \
              --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
@@ -23,4 +26,8 @@ for opt in "$@"; do
                  echo "precision report: exit $?" ;;
   esac
 done
-python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 12
+if [ "$portable" = 1 ]; then
+  python3 -m leapquant.bench --kernel triton --json "$OUT/bench_triton.json" > "$OUT/bench_triton.log" 2>&1
+  echo "portable kernel:"; grep -A9 "x floor" "$OUT/bench_triton.log"; grep -A4 "steady state" "$OUT/bench_triton.log"
+fi
+python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 24

@@ -5,7 +5,7 @@ import torch
 from conftest import fill_pool, same_bits, snapshot
 from leapquant.kda import H, L, Pool, inputs, reference
 from leapquant.kda.criterion import evaluate
-from leapquant.kda.flush import launch_flush
+from leapquant.kda.kernel import launch_flush
 
 
 def functional(family: str, B: int, device, seed: int = 11) -> dict:

@@ -1,4 +1,4 @@
-"""The Triton kernel on CUDA against the fp32 reference and the fp64 rebuild; serving semantics
+"""Both flush kernels (Gluon where it runs, and the portable Triton one) on CUDA against the fp32 reference and the fp64 rebuild; serving semantics
 (due selection, resets, untouched bytes, CUDA graphs, streams). Skipped without CUDA."""
 
 import pytest
@@ -8,9 +8,27 @@ from conftest import requires_cuda, same_bits, snapshot
 import flush_checks
 from leapquant.kda import L, Pool, flush_inplace, inputs, run
 from leapquant.kda import flush as flush_mod
-from leapquant.kda.flush import _flush_kernel
+from leapquant.kda import kernel as kernel_mod
 
 pytestmark = [requires_cuda, pytest.mark.gpu]
+
+
+def _runnable():
+    if not torch.cuda.is_available():
+        return ["triton"]
+    return [k for k in kernel_mod.KERNELS if k == "triton" or kernel_mod._gluon_runs_on(torch.device("cuda"))]
+
+
+@pytest.fixture(autouse=True, params=_runnable())
+def kernel(request, monkeypatch):
+    """Every test runs once per kernel that runs here, forced as a user would force it."""
+    monkeypatch.setenv(kernel_mod.FORCE_VARIABLE, request.param)
+    return request.param
+
+
+def test_pools_and_run_use_the_forced_kernel(kernel):
+    assert Pool(2, "cuda").kernel == kernel
+    assert kernel_mod.choose("cuda") == kernel
 
 
 @pytest.mark.parametrize("B", [1, 3])
@@ -37,22 +55,22 @@ def test_flush_inplace_selects_resets_and_leaves_the_rest(family):
     assert v["ok"] and v["untouched"] and v["reset"], v
 
 
-def _cache_size():
-    caches = getattr(_flush_kernel, "device_caches", None)
+def _cache_size(kernel):
+    caches = getattr(kernel_mod.module(kernel)._flush_kernel, "device_caches", None)
     if caches is None:
         pytest.skip("this triton keeps no device_caches")
     return sum(len(c[0]) for c in caches.values())
 
 
-def test_flush_inplace_never_compiles_after_pool_build():
+def test_flush_inplace_never_compiles_after_pool_build(kernel):
     pool, idx, due = flush_checks.due_pool("cuda")
-    n = _cache_size()
+    n = _cache_size(kernel)
     q0 = inputs.make("random", 1, "cuda", seed=13)["q0"]
     for sel in (idx, idx[1:], idx[:1], torch.tensor([3, 1], dtype=torch.int32, device="cuda")):
         flush_inplace(pool, sel.contiguous(), q0)
     flush_inplace(pool, idx, q0[:, :].clone())
     torch.cuda.synchronize()
-    assert _cache_size() == n
+    assert _cache_size(kernel) == n
 
 
 def test_cuda_graph_replay_nothing_due_then_due():
@@ -134,13 +152,27 @@ def test_flush_inplace_any_selection_pattern(seed):
 
 
 @pytest.mark.parametrize("tile", [flush_mod.FLAG_TILE, 64])
-def test_pool_grids_agree_bit_for_bit(monkeypatch, tile):
+def test_pool_grids_agree_bit_for_bit(monkeypatch, tile, kernel):
+    if kernel != "triton":
+        pytest.skip("only the portable kernel has a grid of one CTA per candidate")
     # resident CTAs sharing out the ranked due programs (with a one- or many-tile flag scan)
     # against one CTA per candidate: the same program body, so the same bits
     q0 = inputs.make("random", 1, "cuda", seed=4)["q0"]
     results = []
     for persistent in (False, True):
         monkeypatch.setattr(flush_mod, "PERSISTENT_POOL", persistent)
+        monkeypatch.setattr(flush_mod, "FLAG_TILE", tile)
+        pool, idx, due = flush_checks.due_pool("cuda", "random", 7)
+        flush_inplace(pool, idx, q0)
+        results.append(snapshot(pool))
+    assert all(same_bits(results[0][n], results[1][n]) for n in results[0])
+
+
+def test_flag_tiles_agree_bit_for_bit(monkeypatch):
+    # a many-tile flag scan ranks the due programs as one tile does: the same bits
+    q0 = inputs.make("random", 1, "cuda", seed=4)["q0"]
+    results = []
+    for tile in (flush_mod.FLAG_TILE, 64):
         monkeypatch.setattr(flush_mod, "FLAG_TILE", tile)
         pool, idx, due = flush_checks.due_pool("cuda", "random", 7)
         flush_inplace(pool, idx, q0)
