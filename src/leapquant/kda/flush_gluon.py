@@ -27,7 +27,8 @@ from .geometry import DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR
 
 VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API this module was compiled and run with
 NUM_WARPS = 8  # two warpgroups: each holds 64 rows of S
-THIN = gl.constexpr(2 * R)  # the thin products carry hi and lo halves of a [N, R] operand side by side
+THIN = gl.constexpr(16)  # thin products: the hi, mid and lo parts of a [N, R] operand side by side (N >= 16)
+PARTS = gl.constexpr(3)  # bf16 parts of each fp32 operand in the subspace products: ~2^-24 relative
 # Cholesky QR keeps |Q^T Q - I| ~ eps64 cond^2; a pivot below this fraction of its column
 # (cond above ~1e4) gets a second pass so the basis stays orthonormal to fp32 accuracy
 SECOND_PASS_BELOW = 1e-8
@@ -85,28 +86,37 @@ def _split_bf16(x):
 
 
 @gluon.jit
+def _split3_bf16(x):
+    hi = x.to(gl.bfloat16)
+    rest = x - hi.to(gl.float32)
+    mid = rest.to(gl.bfloat16)
+    return hi, mid, (rest - mid.to(gl.float32)).to(gl.bfloat16)
+
+
+@gluon.jit
 def _dot(x, y):
     # fp64 inner product of two [N] fp32 vectors: the products are exact in fp64
     return gl.sum(x.to(gl.float64) * y.to(gl.float64), axis=0)
 
 
 @gluon.jit
-def _thin_product(s_hi, s_lo, x_s, thin_s, TRANSPOSE: gl.constexpr, NN: gl.constexpr):
-    # (S or S^T) [N, N] times x [N, R] with both sides as bf16 hi/lo pairs (~2^-16 relative):
-    # x_s holds rows (x_hi^T; x_lo^T), so one product gives S x_hi and S x_lo side by side.
-    # Returns the R columns of the result as [N] fp32 vectors in VEC.
+def _thin_product(s_parts, x_s, thin_s, TRANSPOSE: gl.constexpr, NN: gl.constexpr):
+    # (S or S^T) [N, N] times x [N, R], both sides as three bf16 parts (all nine cross terms:
+    # ~2^-24 relative, fp32 class): x_s holds rows (x_hi^T; x_mid^T; x_lo^T; 0), so one product
+    # per part of S gives S x_hi, S x_mid and S x_lo side by side. Returns the R columns of the
+    # result as [N] fp32 vectors in VEC.
     acc = gl.zeros([NN, THIN], gl.float32, ACC_THIN)
-    if TRANSPOSE:
-        acc = warpgroup_mma(s_hi.permute((1, 0)), x_s.permute((1, 0)), acc)
-        acc = warpgroup_mma(s_lo.permute((1, 0)), x_s.permute((1, 0)), acc)
-    else:
-        acc = warpgroup_mma(s_hi, x_s.permute((1, 0)), acc)
-        acc = warpgroup_mma(s_lo, x_s.permute((1, 0)), acc)
+    for part in gl.static_range(PARTS):
+        if TRANSPOSE:
+            acc = warpgroup_mma(s_parts.index(part).permute((1, 0)), x_s.permute((1, 0)), acc)
+        else:
+            acc = warpgroup_mma(s_parts.index(part), x_s.permute((1, 0)), acc)
     gl.thread_barrier()  # every warp is done reading the last product's columns
     thin_s.permute((1, 0)).store(acc)
     gl.thread_barrier()
     t = thin_s.load(BASIS)  # each thread holds all THIN rows of its columns: picks are in-thread
-    return _row(t, 0) + _row(t, 4), _row(t, 1) + _row(t, 5), _row(t, 2) + _row(t, 6), _row(t, 3) + _row(t, 7)
+    return (_row(t, 0) + _row(t, 4) + _row(t, 8), _row(t, 1) + _row(t, 5) + _row(t, 9),
+            _row(t, 2) + _row(t, 6) + _row(t, 10), _row(t, 3) + _row(t, 7) + _row(t, 11))
 
 
 @gluon.jit
@@ -116,34 +126,48 @@ def _row(t, r: gl.constexpr):
 
 
 @gluon.jit
-def _stack(c0, c1, c2, c3, c4, c5, c6, c7, NROWS: gl.constexpr, LAYOUT: gl.constexpr):
-    # [NROWS, N] with rows c0..c7 (rows from 8 on are zero); every pick is in-thread
-    rows = gl.arange(0, NROWS, layout=gl.SliceLayout(1, LAYOUT))[:, None]
-    vec: gl.constexpr = gl.SliceLayout(0, LAYOUT)
-    t = gl.where(rows == 0, gl.convert_layout(c0, vec)[None, :], 0.0)
-    t = gl.where(rows == 1, gl.convert_layout(c1, vec)[None, :], t)
-    t = gl.where(rows == 2, gl.convert_layout(c2, vec)[None, :], t)
-    t = gl.where(rows == 3, gl.convert_layout(c3, vec)[None, :], t)
-    t = gl.where(rows == 4, gl.convert_layout(c4, vec)[None, :], t)
-    t = gl.where(rows == 5, gl.convert_layout(c5, vec)[None, :], t)
-    t = gl.where(rows == 6, gl.convert_layout(c6, vec)[None, :], t)
-    return gl.where(rows == 7, gl.convert_layout(c7, vec)[None, :], t)
+def _put_row(t, rows, r: gl.constexpr, c):
+    return gl.where(rows == r, gl.convert_layout(c, gl.SliceLayout(0, t.type.layout))[None, :], t)
+
+
+@gluon.jit
+def _stack4(t, first: gl.constexpr, c0, c1, c2, c3):
+    # t with rows first..first+3 replaced by c0..c3; every pick is in-thread
+    rows = gl.arange(0, t.shape[0], layout=gl.SliceLayout(1, t.type.layout))[:, None]
+    t = _put_row(t, rows, first, c0)
+    t = _put_row(t, rows, first + 1, c1)
+    t = _put_row(t, rows, first + 2, c2)
+    return _put_row(t, rows, first + 3, c3)
 
 
 @gluon.jit
 def _store_operand(x_s, c0, c1, c2, c3):
-    # rows (hi^T; lo^T) of a [N, R] operand for _thin_product
-    h0, l0 = _split_bf16(c0)
-    h1, l1 = _split_bf16(c1)
-    h2, l2 = _split_bf16(c2)
-    h3, l3 = _split_bf16(c3)
-    x_s.store(_stack(h0, h1, h2, h3, l0, l1, l2, l3, THIN, BASIS))
+    # rows (hi^T; mid^T; lo^T; 0) of a [N, R] operand for _thin_product
+    h0, m0, l0 = _split3_bf16(c0)
+    h1, m1, l1 = _split3_bf16(c1)
+    h2, m2, l2 = _split3_bf16(c2)
+    h3, m3, l3 = _split3_bf16(c3)
+    t = gl.zeros([THIN, c0.shape[0]], gl.bfloat16, BASIS)
+    x_s.store(_stack4(_stack4(_stack4(t, 0, h0, h1, h2, h3), 4, m0, m1, m2, m3), 8, l0, l1, l2, l3))
 
 
 @gluon.jit
-def _cholesky_pass(x0, x1, x2, x3, NORM_MIN: gl.constexpr):
+def _inv_norm(d, NORM_MIN: gl.constexpr):
+    # 1 / max(sqrt(d), NORM_MIN) in fp64 for a scalar d >= 0: the fp32 rsqrt estimate and two
+    # Newton steps (2^-22 -> 2^-44 -> fp64), where d is inside fp32's normal range
+    if d > 1e-30:
+        y = gl.rsqrt(d.to(gl.float32)).to(gl.float64)
+        y = y * (1.5 - 0.5 * d * y * y)
+        y = y * (1.5 - 0.5 * d * y * y)
+    else:
+        y = 1.0 / gl.maximum(gl.sqrt(d), NORM_MIN)
+    return gl.minimum(y, 1.0 / NORM_MIN)
+
+
+@gluon.jit
+def _cholesky_pass(x0, x1, x2, x3, NORM_MIN: gl.constexpr, DROP: gl.constexpr, SECOND: gl.constexpr):
     # One Cholesky QR pass: Q = X R^-1 with R from the fp64 Gram matrix of X's columns.
-    # Returns Q's columns and the smallest squared pivot relative to its column (uniform).
+    # Returns Q's columns and whether a column depends on the earlier ones or is nearly so.
     g00 = _dot(x0, x0)
     g01 = _dot(x0, x1)
     g02 = _dot(x0, x2)
@@ -154,29 +178,30 @@ def _cholesky_pass(x0, x1, x2, x3, NORM_MIN: gl.constexpr):
     g22 = _dot(x2, x2)
     g23 = _dot(x2, x3)
     g33 = _dot(x3, x3)
-    # R upper triangular, r_jj = norm of column j after projecting out the earlier ones
+    # R upper triangular: d_j = r_jj^2 = |column j|^2 after projecting out the earlier ones
     d0 = gl.maximum(g00, 0.0)
-    i00 = 1.0 / gl.maximum(gl.sqrt(d0), NORM_MIN)
+    i00 = _inv_norm(d0, NORM_MIN)
     r01 = g01 * i00
     r02 = g02 * i00
     r03 = g03 * i00
     d1 = gl.maximum(g11 - r01 * r01, 0.0)
-    i11 = 1.0 / gl.maximum(gl.sqrt(d1), NORM_MIN)
+    i11 = _inv_norm(d1, NORM_MIN)
     r12 = (g12 - r01 * r02) * i11
     r13 = (g13 - r01 * r03) * i11
     d2 = gl.maximum(g22 - r02 * r02 - r12 * r12, 0.0)
-    i22 = 1.0 / gl.maximum(gl.sqrt(d2), NORM_MIN)
+    i22 = _inv_norm(d2, NORM_MIN)
     r23 = (g23 - r02 * r03 - r12 * r13) * i22
     d3 = gl.maximum(g33 - r03 * r03 - r13 * r13 - r23 * r23, 0.0)
-    i33 = 1.0 / gl.maximum(gl.sqrt(d3), NORM_MIN)
+    i33 = _inv_norm(d3, NORM_MIN)
     # back substitution, column by column, in fp64
     y0 = x0.to(gl.float64) * i00
     y1 = (x1.to(gl.float64) - r01 * y0) * i11
     y2 = (x2.to(gl.float64) - r02 * y0 - r12 * y1) * i22
     y3 = (x3.to(gl.float64) - r03 * y0 - r13 * y1 - r23 * y2) * i33
-    keep = gl.minimum(gl.minimum(d1 / gl.maximum(g11, 1e-300), d2 / gl.maximum(g22, 1e-300)),
-                      d3 / gl.maximum(g33, 1e-300))
-    return y0.to(gl.float32), y1.to(gl.float32), y2.to(gl.float32), y3.to(gl.float32), keep
+    # uniform flags: a column kept at most DROP (dependent) or less than SECOND of its norm
+    dependent = (d1 <= DROP * g11) | (d2 <= DROP * g22) | (d3 <= DROP * g33)
+    ill = (d1 < SECOND * g11) | (d2 < SECOND * g22) | (d3 < SECOND * g33)
+    return y0.to(gl.float32), y1.to(gl.float32), y2.to(gl.float32), y3.to(gl.float32), dependent, ill
 
 
 @gluon.jit
@@ -194,8 +219,8 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
     # The columns of X [N, R] made orthonormal in order (the Q of X = QR, as the reference's
     # modified Gram-Schmidt gives up to rounding). A column keeping at most DROP of its squared
     # norm depends on the earlier ones: it is replaced by e_r made orthogonal to them.
-    q0, q1, q2, q3, keep = _cholesky_pass(x0, x1, x2, x3, NORM_MIN)
-    if keep <= DROP:  # rare: a rank-deficient state or a q0 with repeated columns
+    q0, q1, q2, q3, dependent, ill = _cholesky_pass(x0, x1, x2, x3, NORM_MIN, DROP, SECOND)
+    if dependent:  # rare: a rank-deficient state or a q0 with repeated columns
         zero = gl.zeros([NN], gl.float32, VEC)
         q0 = x0 / gl.maximum(gl.sqrt(_dot(x0, x0)).to(gl.float32), NORM_MIN)
         q1 = x1 - _dot(q0, x1).to(gl.float32) * q0
@@ -214,8 +239,8 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
             q3 = _replace_dependent(x3, q0, q1, q2, 3, NN)
         q3 = q3 / gl.maximum(gl.sqrt(_dot(q3, q3)).to(gl.float32), NORM_MIN)
     elif TWICE:
-        if keep < SECOND:  # ill-conditioned: a second pass restores orthogonality
-            q0, q1, q2, q3, keep = _cholesky_pass(q0, q1, q2, q3, NORM_MIN)
+        if ill:  # ill-conditioned: a second pass restores orthogonality
+            q0, q1, q2, q3, dependent, ill = _cholesky_pass(q0, q1, q2, q3, NORM_MIN, DROP, SECOND)
     return q0, q1, q2, q3
 
 
@@ -224,7 +249,7 @@ def _flush_program(
     slot, head,
     codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
     kbuf, ubuf, gbuf, w, pcum,
-    q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_hi_s, s_lo_s, x_s, thin_s,
+    q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s, thin_s,
     C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
     SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
     U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
@@ -283,24 +308,25 @@ def _flush_program(
 
     # subspace iteration, scale-free: on S / 2^e with max|S / 2^e| in [1, 2)
     ex = gl.minimum(gl.maximum(_exponent(gl.max(gl.max(gl.abs(s), axis=1), axis=0)), -126), 126)
-    s_hi, s_lo = _split_bf16(s * _pow2(-ex))
-    s_hi_s.store(s_hi)
-    s_lo_s.store(s_lo)
+    s_hi, s_mid, s_lo = _split3_bf16(s * _pow2(-ex))
+    s_parts.index(0).store(s_hi)
+    s_parts.index(1).store(s_mid)
+    s_parts.index(2).store(s_lo)
     fence_async_shared()
     gl.thread_barrier()
-    a0, a1, a2, a3 = _thin_product(s_hi_s, s_lo_s, q0_s, thin_s, True, NK)  # S^T q0
+    a0, a1, a2, a3 = _thin_product(s_parts, q0_s, thin_s, True, NK)  # S^T q0
     # qk only has to span S^T q0 (b = S qk spans the same space for any basis of it): one pass
     k0, k1, k2, k3 = _orthonormal_cols(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND)
     _store_operand(x_s, k0, k1, k2, k3)
     fence_async_shared()
     gl.thread_barrier()
-    b0, b1, b2, b3 = _thin_product(s_hi_s, s_lo_s, x_s, thin_s, False, NV)  # S qk
+    b0, b1, b2, b3 = _thin_product(s_parts, x_s, thin_s, False, NV)  # S qk
     p0, p1, p2, p3 = _orthonormal_cols(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND)
     gl.thread_barrier()  # every warp has read qk from x_s
     _store_operand(x_s, p0, p1, p2, p3)
     fence_async_shared()
     gl.thread_barrier()
-    u0, u1, u2, u3 = _thin_product(s_hi_s, s_lo_s, x_s, thin_s, True, NK)  # S^T qv
+    u0, u1, u2, u3 = _thin_product(s_parts, x_s, thin_s, True, NK)  # S^T qv
     scale = _pow2(ex)
     u0 = u0 * scale
     u1 = u1 * scale
@@ -320,9 +346,9 @@ def _flush_program(
         u3, p3 = u3 * _pow2(-e3), p3 * _pow2(e3)
 
     # residual against the rounded tokens: fp16 x fp16 products are exact in fp32
-    zero = gl.zeros_like(u0)
-    u_new = _stack(u0, u1, u2, u3, zero, zero, zero, zero, 16, TOKEN_ROWS).to(gl.float16)
-    q_new = _stack(p0, p1, p2, p3, zero, zero, zero, zero, 16, TOKEN_ROWS).to(gl.float16)
+    rows16 = gl.zeros([16, NK], gl.float32, TOKEN_ROWS)
+    u_new = _stack4(rows16, 0, u0, u1, u2, u3).to(gl.float16)
+    q_new = _stack4(rows16, 0, p0, p1, p2, p3).to(gl.float16)
     tok_u_s.store(u_new)
     tok_q_s.store(-q_new)
     fence_async_shared()
@@ -331,8 +357,9 @@ def _flush_program(
 
     # smoothing scales; the fast sqrt is within 1 ulp, and the codes use the stored scales
     ae = gl.abs(e)
-    s_k_new = gl.maximum(gl.sqrt(gl.sum(ae, axis=0) * (1.0 / NV)), SCALE_MIN)
-    inv_k = 1.0 / s_k_new
+    mean_k = gl.sum(ae, axis=0) * (1.0 / NV)
+    s_k_new = gl.maximum(gl.sqrt(mean_k), SCALE_MIN)
+    inv_k = gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN)  # each thread has 32 columns: no divisions
     s_v_new = gl.maximum(gl.max(ae * inv_k[None, :], axis=1), SCALE_MIN)
     x = e * inv_k[None, :] * (QM / s_v_new)[:, None]
     x = gl.minimum(gl.maximum(x, -QM), QM)
@@ -354,7 +381,7 @@ def _flush_program(
         gl.store(pcum + prog * NK + k, gl.zeros([NK], gl.float32, COLS))
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["q0", "idx", "num_programs", "picks", "pick_stride"])  # no recompile per call
 def _flush_kernel(
     codes_in, sk_in, sv_in, u_in, q_in,  # old checkpoint
     codes_out, sk_out, sv_out, u_out, q_out,  # new checkpoint (aliases the old one in a pool)
@@ -385,8 +412,7 @@ def _flush_kernel(
     keys_s = gl.allocate_shared_memory(gl.bfloat16, [2 * NL, NK], OPERAND)
     tok_u_s = gl.allocate_shared_memory(gl.float16, [16, NK], OPERAND)
     tok_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
-    s_hi_s = gl.allocate_shared_memory(gl.bfloat16, [NV, NK], OPERAND)
-    s_lo_s = gl.allocate_shared_memory(gl.bfloat16, [NV, NK], OPERAND)
+    s_parts = gl.allocate_shared_memory(gl.bfloat16, [PARTS, NV, NK], OPERAND)
     x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)
     thin_s = gl.allocate_shared_memory(gl.float32, [THIN, NV], PLAIN)
 
@@ -422,7 +448,7 @@ def _flush_kernel(
                 (p // NH).to(gl.int64), p % NH,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
                 kbuf, ubuf, gbuf, w, pcum,
-                q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_hi_s, s_lo_s, x_s, thin_s,
+                q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s, thin_s,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, GUARD_FROM_EXP, MAGIC, MAGIC_BITS,
@@ -434,7 +460,7 @@ def _flush_kernel(
                 (c // NH).to(gl.int64), c % NH,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
                 kbuf, ubuf, gbuf, w, pcum,
-                q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_hi_s, s_lo_s, x_s, thin_s,
+                q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s, thin_s,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, GUARD_FROM_EXP, MAGIC, MAGIC_BITS,
