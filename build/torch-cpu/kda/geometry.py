@@ -1,0 +1,35 @@
+"""Geometry and format constants of the LeapQuant KDA checkpoint, declared once.
+
+Source: the LeapQuant paper (arXiv 2609.38166) and the NVlabs/kda request
+`requests/conless-leapquant-kda-flush`; see SPEC sections 2, 3 and 7.
+"""
+
+H = 32  # heads per sequence; one program = one (slot, head)
+V = 128  # value dimension (rows of the state S[v, k])
+K = 128  # key dimension (columns)
+L = 16  # window length: buffered rank-1 updates per checkpoint
+R = 4  # Compensator Tokens (rank of the low-rank part)
+
+QMAX = 127  # codes live in [-QMAX, QMAX]
+EPS = 1e-12  # floor of both smoothing scales
+NORM_FLOOR = 1e-30  # Gram-Schmidt divides by max(norm, NORM_FLOOR)
+# Product-path departures from the reference (naive.flush_cpu and the kernel):
+DEPENDENT_COLUMN = 2.0**-40  # a GS column keeping less of its squared norm is replaced by e_r
+TOKEN_LIMIT = 2.0**14  # max|u_r| above this moves powers of two from u_r to q_r (fp16 max 65504)
+
+# Pool layout (SPEC section 7), in fp32 words unless the name says bytes.
+POOL_OFFSET_WORDS = 12288  # OFF: words before slot 0
+SLOT_WORDS = (H + 1) * V * K  # SS: 32 heads plus one spare
+HEAD_WORDS = V * K
+CODES_BYTES = 0  # byte offsets inside one (slot, head) region
+SK_BYTES = V * K  # 16384
+SV_BYTES = SK_BYTES + 4 * K  # 16896
+UQ_BYTES = SV_BYTES + 4 * V  # 17408
+REGION_BYTES = UQ_BYTES + 2 * R * (K + V)  # 19456 = one checkpoint
+
+# Bytes one flushed program must move at least (SPEC section 9): checkpoint read and
+# write, window (kbuf, ubuf, w), gate history (gbuf, pcum) and the resets (w, gbuf, pcum).
+WINDOW_BYTES = 2 * L * K + 2 * L * V + 4 * L
+GATE_BYTES = 2 * L * K + 4 * K
+RESET_BYTES = 4 * L + 2 * L * K + 4 * K
+FLOOR_BYTES_PER_PROGRAM = 2 * REGION_BYTES + WINDOW_BYTES + GATE_BYTES + RESET_BYTES

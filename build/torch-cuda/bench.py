@@ -1,0 +1,207 @@
+"""``python -m leapquant.bench``: accuracy of ``run`` on the three SPEC input families and the three
+stress families, then the speed of ``flush_inplace`` against the memory floor measured in the same
+process (SPEC sections 5, 9). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
+conless-leapquant-kda-flush.
+
+Timing: deployment form (a Pool), every program due, CUDA kernel time of the flush kernel from the
+PyTorch profiler (copies and fills excluded by name), 4 warm-up and 16 timed calls, L2-cold:
+8 disjoint slot sets flushed in rotation. The gate history a flush resets (w, gbuf, pcum) is
+restored four calls ahead of the set's next flush, outside the timed kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+
+from .kda import L, Pool, flush_inplace, inputs, reference
+from .kda.criterion import FORMS
+from .kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
+from .report import accuracy_case, environment, fmt, parse_sizes, pick_device, table, write_json
+
+KERNEL_NAME = "_flush_kernel"
+WARMUP, TIMED, SETS = 4, 16, 8
+DEFAULT_SIZES = "16,32,64,128,256,512"
+# steady state (SPEC section 7): (label, batch size, fraction of programs due)
+STEADY_STATE = (("nothing due", 512, 0.0), ("1 in 16 due", 256, 1 / 16))
+CPU_SIZES = "2"
+
+
+def copy_bandwidth(device, nbytes: int = 1 << 30, reps: int = 20) -> float:
+    """Device-to-device copy bandwidth in bytes/s (bytes read plus written), median of ``reps``."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(reps + 3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return 2 * nbytes / statistics.median(times[3:])
+
+
+def kernel_times_ms(fn, calls: int, name: str = KERNEL_NAME) -> list[float]:
+    """Run ``fn(i)`` for ``i < calls`` under the profiler; durations (ms) of the kernels whose
+    name contains ``name``, in launch order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            fn(i)
+        torch.cuda.synchronize()
+    evs = [e for e in prof.events() if name in e.name and e.device_type == torch.autograd.DeviceType.CUDA]
+    evs.sort(key=lambda e: e.time_range.start)
+    times = [(e.time_range.end - e.time_range.start) / 1e3 for e in evs]
+    if len(times) != calls:
+        raise RuntimeError(f"profiler saw {len(times)} '{name}' kernels, expected {calls}")
+    return times
+
+
+def fill_pool(pool: Pool, sets: list[torch.Tensor], seed: int, due_fraction: float = 1.0) -> dict:
+    """Give every slot of ``sets`` a random-family checkpoint and window; mark each program due
+    (``hcnt = L``) with probability ``due_fraction`` (1: all, 0: none), the others at a fill
+    count below L. Returns the gate history (w, gbuf, pcum) per set, to restore after a flush."""
+    saved = {}
+    gen = torch.Generator(device=pool.device).manual_seed(seed)
+    for s, slots in enumerate(sets):
+        x = inputs.make("random", slots.numel(), pool.device, seed + s)
+        sl = slots.long()
+        for view, name in zip(pool.checkpoint + pool.window, inputs.FLUSH_ARGS):
+            view[sl] = x[name]
+        saved[s] = (x["w"], x["gbuf"], x["pcum"])
+        shape = (slots.numel(), H)
+        due = torch.rand(shape, generator=gen, device=pool.device) < due_fraction
+        partial = torch.randint(0, L, shape, generator=gen, device=pool.device, dtype=torch.int32)
+        pool.hcnt[sl] = torch.where(due, torch.full_like(partial, L), partial)
+    return saved
+
+
+def time_flush(B: int, device, q0: torch.Tensor, due_fraction: float = 1.0) -> dict:
+    """Median kernel time (ms) of flush_inplace over B sequences x H heads, each due with
+    probability ``due_fraction``."""
+    pool = Pool(SETS * B + 1, device)
+    sets = [torch.arange(1 + s * B, 1 + (s + 1) * B, dtype=torch.int32, device=device) for s in range(SETS)]
+    saved = fill_pool(pool, sets, seed=1000 + B, due_fraction=due_fraction)
+
+    def call(i):
+        s = i % SETS
+        flush_inplace(pool, sets[s], q0)
+        ahead = (i + SETS // 2) % SETS
+        sl = sets[ahead].long()
+        pool.w[sl], pool.gbuf[sl], pool.pcum[sl] = saved[ahead]
+
+    timed = kernel_times_ms(call, WARMUP + TIMED)[WARMUP:]
+    return {"median_ms": statistics.median(timed), "min_ms": min(timed), "max_ms": max(timed)}
+
+
+def time_reference(B: int, device, reps: int = 3) -> float:
+    """Median wall time (ms, CUDA events) of the plain PyTorch reference on B sequences."""
+    x = inputs.make("random", B, device, seed=2000 + B)
+    times = []
+    for _ in range(reps + 1):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        reference(**x)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times[1:])
+
+
+def _stress_cell(a: dict) -> str:
+    return (f"{'PASS' if a['ok'] else 'FAIL'} {fmt(a['worst_ratio_batch_head'])} | "
+            f"{fmt(a['worst_cap_ratio_batch_head'])}")
+
+
+def main(argv=None) -> int:
+    """Command-line entry (``argv``: list of str, default ``sys.argv[1:]``). Returns the exit
+    code: 0 when every accuracy case passes, 1 otherwise; argparse exits with 2 on bad options."""
+    ap = argparse.ArgumentParser(prog="python -m leapquant.bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch-sizes", type=parse_sizes, default=None,
+                    help=f"comma list (default {DEFAULT_SIZES}; {CPU_SIZES} on CPU)")
+    ap.add_argument("--skip-timing", action="store_true", help="accuracy only")
+    ap.add_argument("--json", default=None, help="write every figure to this JSON file")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when present")
+    args = ap.parse_args(argv)
+
+    device = pick_device(args.device, ap)
+    on_gpu = device.type == "cuda"
+    sizes = args.batch_sizes or parse_sizes(DEFAULT_SIZES if on_gpu else CPU_SIZES)
+    env = environment(device)
+    print(f"leapquant.bench  {env['date']}  device={env.get('gpu', 'cpu')}  torch={env['torch']}  "
+          f"triton={env['triton']}")
+    timing = on_gpu and not args.skip_timing
+    if not on_gpu:
+        print("no CUDA device: judging the CPU path (the fp32 PyTorch flush) at small batch; "
+              "timing skipped")
+    bandwidth = copy_bandwidth(device) if timing else None
+    if bandwidth:
+        env["copy_bandwidth_GBps"] = bandwidth / 1e9
+        print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s (read + write); floor = "
+              f"{FLOOR_BYTES_PER_PROGRAM} B/program / bandwidth")
+
+    rows, all_ok = [], True
+    families = inputs.all_families()
+    for B in sizes:
+        row = {"batch_size": B, "programs": B * H, "accuracy": {}}
+        for fam in families:
+            _, _, _, res = accuracy_case(fam, B, device, seed=B)
+            row["accuracy"][fam] = {
+                "ok": res["ok"], "well_formed": res["well_formed"],
+                **{f"worst_ratio_{f}": res[f].worst_ratio for f in FORMS},
+                **{f"worst_cap_ratio_{f}": res[f].worst_cap_ratio for f in FORMS},
+            }
+            all_ok &= res["ok"]
+            del res
+        row["ok"] = all(a["ok"] for a in row["accuracy"].values())
+        if timing:
+            q0 = inputs.make("random", 1, device, seed=B)["q0"]
+            row["flush"] = time_flush(B, device, q0)
+            row["floor_ms"] = B * H * FLOOR_BYTES_PER_PROGRAM / bandwidth * 1e3
+            row["reference_ms"] = time_reference(B, device)
+        rows.append(row)
+        print(f"  B={B} done: {'PASS' if row['ok'] else 'FAIL'}"
+              + (f", {row['flush']['median_ms']:.4f} ms" if timing else ""), flush=True)
+
+    steady = []
+    if timing:
+        q0 = inputs.make("random", 1, device, seed=7)["q0"]
+        for label, B, frac in STEADY_STATE:
+            steady.append({"mode": label, "batch_size": B, "due_fraction": frac,
+                           **time_flush(B, device, q0, due_fraction=frac)})
+    if args.json:
+        write_json(args.json, {"env": env, "rows": rows, "steady_state": steady})
+    headers = ["B"] + [f"{f[:6]} {form}" for f in inputs.FAMILIES for form in ("head", "b,h")] + ["verdict"]
+    if timing:
+        headers += ["flush ms", "floor ms", "x floor", "torch ms"]
+    out = []
+    for row in rows:
+        cells = [row["batch_size"]]
+        for fam in inputs.FAMILIES:
+            a = row["accuracy"][fam]
+            cells += [fmt(a["worst_ratio_head"]), fmt(a["worst_ratio_batch_head"])]
+        cells.append("PASS" if row["ok"] else "FAIL")
+        if timing:
+            t = row["flush"]["median_ms"]
+            cells += [f"{t:.4f}", f"{row['floor_ms']:.4f}", f"{t / row['floor_ms']:.2f}", f"{row['reference_ms']:.3f}"]
+        out.append(cells)
+    print("\nworst err/err_ref per family and form (bound 1.01; captured heads judged by the 1e-3 cap)")
+    print(table(headers, out))
+    stress = [[row["batch_size"]] + [_stress_cell(row["accuracy"][f]) for f in inputs.STRESS_FAMILIES] for row in rows]
+    print("\nstress families: worst err/err_ref (n/a: the fp32 reference is not finite) | worst err/cap")
+    print(table(["B", *inputs.STRESS_FAMILIES], stress))
+    if steady:
+        print("\nsteady state (flush kernel, L2-cold)")
+        print(table(["mode", "B", "median ms", "min ms", "max ms"],
+                    [[t["mode"], t["batch_size"], f"{t['median_ms']:.4f}", f"{t['min_ms']:.4f}", f"{t['max_ms']:.4f}"]
+                     for t in steady]))
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

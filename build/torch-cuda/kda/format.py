@@ -1,0 +1,95 @@
+"""The checkpoint and window tensors: their dtypes and shapes, decoding, argument checks.
+
+Source: the LeapQuant paper (arXiv 2609.38166) and the NVlabs/kda request
+`requests/conless-leapquant-kda-flush` (SPEC sections 3 and 5).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .geometry import H, K, L, QMAX, R, V
+
+# name -> (dtype, trailing shape after the leading [B, H]); the order is run()'s.
+CHECKPOINT_FIELDS: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
+    "codes": (torch.int8, (V, K)),
+    "s_k": (torch.float32, (K,)),
+    "s_v": (torch.float32, (V,)),
+    "u": (torch.float16, (R, K)),
+    "q": (torch.float16, (R, V)),
+}
+WINDOW_FIELDS: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
+    "kbuf": (torch.bfloat16, (L, K)),
+    "ubuf": (torch.bfloat16, (L, V)),
+    "gbuf": (torch.float16, (L, K)),
+    "w": (torch.float32, (L,)),
+    "pcum": (torch.float32, (K,)),
+}
+Q0_FIELD = (torch.float32, (V, R))
+
+
+def decode(codes, s_k, s_v, u, q, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Decode a checkpoint to the state it stands for.
+
+    ``S[v, k] = sum_r q[r, v] * u[r, k] + codes[v, k] * s_k[k] / 127 * s_v[v]``
+    (LeapQuant, arXiv 2609.38166; NVlabs/kda request conless-leapquant-kda-flush).
+
+    Args:
+        codes: int8 ``[..., V, K]``.
+        s_k: fp32 ``[..., K]`` key (column) scales.
+        s_v: fp32 ``[..., V]`` value (row) scales.
+        u: fp16 ``[..., R, K]`` and q: fp16 ``[..., R, V]``, the Compensator Tokens.
+        dtype: floating dtype of the result and of every intermediate (fp32 or fp64).
+
+    Returns:
+        ``[..., V, K]`` tensor of ``dtype`` on the inputs' device.
+
+    Raises: nothing of its own; it does not validate its inputs (shapes that do not broadcast
+    raise torch's RuntimeError).
+    """
+    residual = codes.to(dtype) * (s_k.to(dtype) / QMAX).unsqueeze(-2) * s_v.to(dtype).unsqueeze(-1)
+    return residual + torch.einsum("...rv,...rk->...vk", q.to(dtype), u.to(dtype))
+
+
+def check_tensor(name: str, t, dtype: torch.dtype, trailing: tuple[int, ...], lead: int = 0):
+    """Raise TypeError/ValueError naming ``name`` unless ``t`` is a ``dtype`` tensor of shape
+    ``[*trailing]`` (``lead=0``) or ``[B, H, *trailing]`` (``lead=2``)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
+    shape = tuple(t.shape)
+    if len(shape) != lead + len(trailing) or shape[lead:] != trailing:
+        dims = ["B", "H"][:lead] + [str(d) for d in trailing]
+        raise ValueError(f"{name} must have shape [{', '.join(dims)}], got {list(shape)}")
+
+
+def check_batch(fields: dict[str, torch.Tensor]) -> tuple[int, torch.device]:
+    """Check run()'s inputs: dtypes, shapes ``[B, H, ...]``, one batch size, one device.
+
+    Returns ``(B, device)``. Raises TypeError for a wrong type or dtype, ValueError for a
+    wrong shape, a batch size that disagrees between inputs, or mixed devices.
+    """
+    specs = {**CHECKPOINT_FIELDS, **WINDOW_FIELDS}
+    batch = device = None
+    for name, (dtype, trailing) in specs.items():
+        t = fields[name]
+        check_tensor(name, t, dtype, trailing, lead=2)
+        if t.shape[1] != H:
+            raise ValueError(f"{name} must have {H} heads in dim 1, got {t.shape[1]}")
+        if batch is None:
+            batch, device = t.shape[0], t.device
+        elif t.shape[0] != batch:
+            raise ValueError(f"batch sizes disagree: codes has {batch}, {name} has {t.shape[0]}")
+        elif t.device != device:
+            raise ValueError(f"devices disagree: codes is on {device}, {name} is on {t.device}")
+    return batch, device
+
+
+def check_q0(q0, device: torch.device) -> None:
+    """q0 must be a contiguous fp32 ``[V, R]`` tensor on ``device``."""
+    check_tensor("q0", q0, *Q0_FIELD, lead=0)
+    if q0.device != device:
+        raise ValueError(f"q0 is on {q0.device}, expected {device}")
+    if not q0.is_contiguous():
+        raise ValueError("q0 must be contiguous")
