@@ -12,6 +12,7 @@ restored four calls ahead of the set's next flush, outside the timed kernel.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 
@@ -20,6 +21,7 @@ import torch
 from .kda import L, Pool, flush_inplace, inputs, reference
 from .kda.criterion import FORMS
 from .kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
+from .kda.kernel import FORCE_VARIABLE, KERNELS, choose
 from .report import accuracy_case, environment, fmt, parse_sizes, pick_device, table, write_json
 
 KERNEL_NAME = "_flush_kernel"
@@ -127,14 +129,19 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-timing", action="store_true", help="accuracy only")
     ap.add_argument("--json", default=None, help="write every figure to this JSON file")
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when present")
+    ap.add_argument("--kernel", choices=KERNELS, default=None,
+                    help=f"force a flush kernel (sets {FORCE_VARIABLE}; default: kernel.choose)")
     args = ap.parse_args(argv)
+    if args.kernel:
+        os.environ[FORCE_VARIABLE] = args.kernel
 
     device = pick_device(args.device, ap)
     on_gpu = device.type == "cuda"
     sizes = args.batch_sizes or parse_sizes(DEFAULT_SIZES if on_gpu else CPU_SIZES)
     env = environment(device)
+    env["kernel"] = choose(device) if on_gpu else "cpu (PyTorch flush)"
     print(f"leapquant.bench  {env['date']}  device={env.get('gpu', 'cpu')}  torch={env['torch']}  "
-          f"triton={env['triton']}")
+          f"triton={env['triton']}  kernel={env['kernel']}")
     timing = on_gpu and not args.skip_timing
     if not on_gpu:
         print("no CUDA device: judging the CPU path (the fp32 PyTorch flush) at small batch; "

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 
 import torch
 import triton
 import triton.language as tl
 
-from .geometry import DEPENDENT_COLUMN, EPS, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
+from .geometry import DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the R tokens ride in a 16-row block
 ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
@@ -33,9 +32,7 @@ CTAS_PER_SM = 1  # at ~240 registers per thread, one 8-warp CTA fills an SM's re
 PERSISTENT_POOL = True
 # Gram-Schmidt passes for qk (the iterate, which only needs to span S^T q0): one (NOTES.md)
 QK_TWICE = tl.constexpr(False)
-# max|S| < 2^(e+1) bounds every |u_r| by sqrt(V) 2^(e+1): the largest e that keeps this bound
-# under TOKEN_LIMIT (9: 11585 < 16384); above it the overflow guard runs
-GUARD_FROM_EXP = tl.constexpr(math.floor(math.log2(TOKEN_LIMIT / math.sqrt(V))) - 1)
+GUARD_FROM_EXP_C = tl.constexpr(GUARD_FROM_EXP)  # geometry.GUARD_FROM_EXP, as a jit global
 FLAG_TILE = 16384  # due flags a CTA gathers at once: 512 slots x 32 heads
 
 
@@ -237,7 +234,7 @@ def _flush_program(
     uk = _dot_fp32(sht, smt, slt, qv, SPLIT3, UPCAST) * _pow2(ex)
     # |u_r[k]| <= |S[:, k]| |qv_r| < sqrt(V) 2^(ex+1): below 2^14 the guard cannot fire, and
     # its reduction (one more exchange between warps) is skipped
-    if ex > GUARD_FROM_EXP:
+    if ex > GUARD_FROM_EXP_C:
         uk, qv = _guard_overflow(uk, qv, U_LIMIT)
     u_new = tl.trans(uk).to(tl.float16)  # [RP, K]
     q_new_t = qv.to(tl.float16)  # [V, RP]

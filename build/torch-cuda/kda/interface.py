@@ -1,6 +1,7 @@
 """What serving engines call: the functional ``run`` and the in-place ``flush_inplace``.
 
-CUDA tensors go through the Triton kernel (``flush.py``); CPU tensors through the fp32
+CUDA tensors go through the flush kernel that ``kernel.choose`` picks (Gluon on Hopper, the
+portable Triton kernel elsewhere); CPU tensors through the fp32
 PyTorch flush (``naive.flush_cpu``) with the same semantics. Source: LeapQuant (arXiv 2609.38166);
 NVlabs/kda request conless-leapquant-kda-flush (SPEC section 7).
 """
@@ -51,7 +52,7 @@ def run(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
     fields = {n: t.contiguous() for n, t in fields.items()}
     if device.type != "cuda":
         return flush_cpu(**fields, q0=q0)
-    from .flush import launch_flush
+    from .kernel import launch_flush
 
     ckpt_in = tuple(fields[n] for n in CHECKPOINT_FIELDS)
     window = tuple(fields[n] for n in WINDOW_FIELDS)
@@ -107,9 +108,10 @@ def flush_inplace(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
     _check_index(pool, idx)
     check_q0(q0, pool.device)
     if pool.device.type == "cuda":
-        from .flush import launch_flush
+        from .kernel import launch_flush
 
-        launch_flush(pool.checkpoint, pool.checkpoint, pool.window, q0, idx=idx, hcnt=pool.hcnt, picks=pool.picks)
+        launch_flush(pool.checkpoint, pool.checkpoint, pool.window, q0, idx=idx, hcnt=pool.hcnt, picks=pool.picks,
+                     kernel=pool.kernel)
         return
     _flush_cpu(pool, idx, q0)
 

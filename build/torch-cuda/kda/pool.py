@@ -31,8 +31,9 @@ class Pool:
         w: fp32 ``[NS, H, L]`` zeros; pcum: fp32 ``[NS, H, K]`` zeros;
         gbuf: fp16 ``[NS, H, L, K]`` ones; hcnt: int32 ``[NS, H]`` zeros (the fill counter).
 
-    On CUDA the flush kernel is compiled and run once (on nothing due) when the pool is built,
-    so ``flush_inplace`` never compiles. Raises ValueError if ``num_slots < 2``, TypeError if
+    On CUDA the flush kernel is chosen (``kernel``: ``"gluon"`` or ``"triton"``, see
+    ``leapquant.kda.kernel.choose``), compiled and run once (on nothing due) when the pool is
+    built, so ``flush_inplace`` never compiles. Raises ValueError if ``num_slots < 2``, TypeError if
     ``num_slots`` is not an int; ValueError for a CUDA device when CUDA is not available.
 
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
@@ -62,9 +63,12 @@ class Pool:
         self.pcum = torch.zeros(NS, H, K, dtype=torch.float32, device=dev)
         self.gbuf = torch.ones(NS, H, L, K, dtype=torch.float16, device=dev)
         self.hcnt = torch.zeros(NS, H, dtype=torch.int32, device=dev)
+        self.kernel = None  # CPU: the PyTorch flush
         if dev.type == "cuda":
             from .flush import pick_words
+            from .kernel import choose
 
+            self.kernel = choose(dev)  # picked once, for the pool's life
             self.picks = torch.empty(pick_words(NS, dev), dtype=torch.int32, device=dev)  # kernel scratch
             self._warm_up()
 

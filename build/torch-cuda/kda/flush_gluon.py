@@ -1,0 +1,500 @@
+"""Gluon kernel of the LeapQuant KDA flush for Hopper (sm_90a): one program = one (slot, head).
+
+The same phases as the portable Triton kernel (``flush.py``), with the layouts chosen by hand:
+``S`` [V, K] lives in the wgmma accumulator of two warpgroups (64 fp32 registers per thread);
+the rebuild and the residual are wgmma products whose small operands (window, tokens) sit in
+shared memory; the subspace products read ``S`` once stored in shared memory as a bf16 hi/lo
+pair (the transposed products through the operand descriptor, no register copies); the
+orthonormal bases come from a Cholesky QR whose 4 x 4 Gram matrix is summed in fp64, so a basis
+costs one reduction instead of one per Gram-Schmidt step.
+
+Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
+only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
+conless-leapquant-kda-flush.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+
+from . import flush as portable
+from .flush import ROUND_MAGIC, ROUND_MAGIC_BITS, _resident_ctas, _strides, pick_words
+from .geometry import DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
+
+VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API this module was compiled and run with
+NUM_WARPS = 8  # two warpgroups: each holds 64 rows of S
+THIN = gl.constexpr(16)  # thin products: the hi, mid and lo parts of a [N, R] operand side by side (N >= 16)
+PARTS = gl.constexpr(3)  # bf16 parts of each fp32 operand in the subspace products: ~2^-24 relative
+# Cholesky QR keeps |Q^T Q - I| ~ eps64 cond^2; a pivot below this fraction of its column
+# (cond above ~1e4) gets a second pass so the basis stays orthonormal to fp32 accuracy
+SECOND_PASS_BELOW = 1e-8
+
+# S [V, K] fp32 across 8 warps: each warpgroup holds 64 rows (wgmma m64n128)
+ACC = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]))
+# thin products [N, THIN]: S^T x or S x for the R columns of x, hi and lo halves
+ACC_THIN = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, THIN, 16]))
+ROWS = gl.constexpr(gl.SliceLayout(1, ACC))  # a [V] vector along S's rows
+COLS = gl.constexpr(gl.SliceLayout(0, ACC))  # a [K] vector along S's columns
+# the rows (x_hi^T; x_lo^T) of a thin operand [THIN, N], and its columns [N] as vectors: each
+# warp holds a whole basis (replicated over the 8 warps), so Gram sums stay inside a warp
+BASIS = gl.constexpr(gl.BlockedLayout([THIN, 4], [1, 32], [1, 8], [1, 0]))
+VEC = gl.constexpr(gl.SliceLayout(0, BASIS))
+TOKEN_ROWS = gl.constexpr(gl.BlockedLayout([16, 4], [1, 32], [1, 8], [1, 0]))  # [16, N] fp16 tokens
+# window [L, K]: each thread owns whole columns, so the decay products along j are in-thread
+WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 8], [0, 1]))
+# codes [V, K] int8 in 16-byte rows per thread (coalesced loads and stores)
+BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0]))
+TOKENS = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [8, 1], [1, 0]))  # [16, N] token block
+FLAGS = gl.constexpr(gl.BlockedLayout([1, 1], [1, 32], [8, 1], [1, 0]))  # [slots, H] due flags
+SLOT_LIST = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))  # [slots] due counts
+PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+OPERAND = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+
+
+
+@gluon.jit
+def _add(a, b):
+    return a + b
+
+
+@gluon.jit
+def _mul(a, b):
+    return a * b
+
+
+@gluon.jit
+def _pow2(e):
+    # 2^e for integer e in [-126, 127], exact, from the exponent bits
+    return ((e + 127) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _exponent(x):
+    # e with 2^e <= x < 2^(e+1) for x >= 0 (-127 for 0 and subnormals)
+    return ((x.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127
+
+
+@gluon.jit
+def _split_bf16(x):
+    hi = x.to(gl.bfloat16)
+    lo = (x - hi.to(gl.float32)).to(gl.bfloat16)
+    return hi, lo
+
+
+@gluon.jit
+def _split3_bf16(x):
+    hi = x.to(gl.bfloat16)
+    rest = x - hi.to(gl.float32)
+    mid = rest.to(gl.bfloat16)
+    return hi, mid, (rest - mid.to(gl.float32)).to(gl.bfloat16)
+
+
+@gluon.jit
+def _dot(x, y):
+    # fp64 inner product of two [N] fp32 vectors: the products are exact in fp64
+    return gl.sum(x.to(gl.float64) * y.to(gl.float64), axis=0)
+
+
+@gluon.jit
+def _thin_product(s_parts, x_s, thin_s, TRANSPOSE: gl.constexpr, NN: gl.constexpr):
+    # (S or S^T) [N, N] times x [N, R], both sides as three bf16 parts (all nine cross terms:
+    # ~2^-24 relative, fp32 class): x_s holds rows (x_hi^T; x_mid^T; x_lo^T; 0), so one product
+    # per part of S gives S x_hi, S x_mid and S x_lo side by side. Returns the R columns of the
+    # result as [N] fp32 vectors in VEC.
+    acc = gl.zeros([NN, THIN], gl.float32, ACC_THIN)
+    for part in gl.static_range(PARTS):
+        if TRANSPOSE:
+            acc = warpgroup_mma(s_parts.index(part).permute((1, 0)), x_s.permute((1, 0)), acc)
+        else:
+            acc = warpgroup_mma(s_parts.index(part), x_s.permute((1, 0)), acc)
+    gl.thread_barrier()  # every warp is done reading the last product's columns
+    thin_s.permute((1, 0)).store(acc)
+    gl.thread_barrier()
+    t = thin_s.load(BASIS)  # each thread holds all THIN rows of its columns: picks are in-thread
+    return (_row(t, 0) + _row(t, 4) + _row(t, 8), _row(t, 1) + _row(t, 5) + _row(t, 9),
+            _row(t, 2) + _row(t, 6) + _row(t, 10), _row(t, 3) + _row(t, 7) + _row(t, 11))
+
+
+@gluon.jit
+def _row(t, r: gl.constexpr):
+    rows = gl.arange(0, t.shape[0], layout=gl.SliceLayout(1, t.type.layout))
+    return gl.sum(gl.where(rows[:, None] == r, t, 0.0), axis=0)
+
+
+@gluon.jit
+def _put_row(t, rows, r: gl.constexpr, c):
+    return gl.where(rows == r, gl.convert_layout(c, gl.SliceLayout(0, t.type.layout))[None, :], t)
+
+
+@gluon.jit
+def _stack4(t, first: gl.constexpr, c0, c1, c2, c3):
+    # t with rows first..first+3 replaced by c0..c3; every pick is in-thread
+    rows = gl.arange(0, t.shape[0], layout=gl.SliceLayout(1, t.type.layout))[:, None]
+    t = _put_row(t, rows, first, c0)
+    t = _put_row(t, rows, first + 1, c1)
+    t = _put_row(t, rows, first + 2, c2)
+    return _put_row(t, rows, first + 3, c3)
+
+
+@gluon.jit
+def _store_operand(x_s, c0, c1, c2, c3):
+    # rows (hi^T; mid^T; lo^T; 0) of a [N, R] operand for _thin_product
+    h0, m0, l0 = _split3_bf16(c0)
+    h1, m1, l1 = _split3_bf16(c1)
+    h2, m2, l2 = _split3_bf16(c2)
+    h3, m3, l3 = _split3_bf16(c3)
+    t = gl.zeros([THIN, c0.shape[0]], gl.bfloat16, BASIS)
+    x_s.store(_stack4(_stack4(_stack4(t, 0, h0, h1, h2, h3), 4, m0, m1, m2, m3), 8, l0, l1, l2, l3))
+
+
+@gluon.jit
+def _inv_norm(d, NORM_MIN: gl.constexpr):
+    # 1 / max(sqrt(d), NORM_MIN) in fp64 for a scalar d >= 0: the fp32 rsqrt estimate and two
+    # Newton steps (2^-22 -> 2^-44 -> fp64), where d is inside fp32's normal range
+    if d > 1e-30:
+        y = gl.rsqrt(d.to(gl.float32)).to(gl.float64)
+        y = y * (1.5 - 0.5 * d * y * y)
+        y = y * (1.5 - 0.5 * d * y * y)
+    else:
+        y = 1.0 / gl.maximum(gl.sqrt(d), NORM_MIN)
+    return gl.minimum(y, 1.0 / NORM_MIN)
+
+
+@gluon.jit
+def _cholesky_pass(x0, x1, x2, x3, NORM_MIN: gl.constexpr, DROP: gl.constexpr, SECOND: gl.constexpr):
+    # One Cholesky QR pass: Q = X R^-1 with R from the fp64 Gram matrix of X's columns.
+    # Returns Q's columns and whether a column depends on the earlier ones or is nearly so.
+    g00 = _dot(x0, x0)
+    g01 = _dot(x0, x1)
+    g02 = _dot(x0, x2)
+    g03 = _dot(x0, x3)
+    g11 = _dot(x1, x1)
+    g12 = _dot(x1, x2)
+    g13 = _dot(x1, x3)
+    g22 = _dot(x2, x2)
+    g23 = _dot(x2, x3)
+    g33 = _dot(x3, x3)
+    # R upper triangular: d_j = r_jj^2 = |column j|^2 after projecting out the earlier ones
+    d0 = gl.maximum(g00, 0.0)
+    i00 = _inv_norm(d0, NORM_MIN)
+    r01 = g01 * i00
+    r02 = g02 * i00
+    r03 = g03 * i00
+    d1 = gl.maximum(g11 - r01 * r01, 0.0)
+    i11 = _inv_norm(d1, NORM_MIN)
+    r12 = (g12 - r01 * r02) * i11
+    r13 = (g13 - r01 * r03) * i11
+    d2 = gl.maximum(g22 - r02 * r02 - r12 * r12, 0.0)
+    i22 = _inv_norm(d2, NORM_MIN)
+    r23 = (g23 - r02 * r03 - r12 * r13) * i22
+    d3 = gl.maximum(g33 - r03 * r03 - r13 * r13 - r23 * r23, 0.0)
+    i33 = _inv_norm(d3, NORM_MIN)
+    # back substitution, column by column, in fp64
+    y0 = x0.to(gl.float64) * i00
+    y1 = (x1.to(gl.float64) - r01 * y0) * i11
+    y2 = (x2.to(gl.float64) - r02 * y0 - r12 * y1) * i22
+    y3 = (x3.to(gl.float64) - r03 * y0 - r13 * y1 - r23 * y2) * i33
+    # uniform flags: a column kept at most DROP (dependent) or less than SECOND of its norm
+    dependent = (d1 <= DROP * g11) | (d2 <= DROP * g22) | (d3 <= DROP * g33)
+    ill = (d1 < SECOND * g11) | (d2 < SECOND * g22) | (d3 < SECOND * g33)
+    return y0.to(gl.float32), y1.to(gl.float32), y2.to(gl.float32), y3.to(gl.float32), dependent, ill
+
+
+@gluon.jit
+def _replace_dependent(x, b0, b1, b2, r: gl.constexpr, NN: gl.constexpr):
+    # a column that depends on the earlier ones becomes e_r made orthogonal to them (twice)
+    e = gl.where(gl.arange(0, NN, layout=VEC) == r, 1.0, 0.0)
+    for _ in gl.static_range(2):
+        e = e - _dot(b0, e).to(gl.float32) * b0 - _dot(b1, e).to(gl.float32) * b1 - _dot(b2, e).to(gl.float32) * b2
+    return e
+
+
+@gluon.jit
+def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NORM_MIN: gl.constexpr,
+                      DROP: gl.constexpr, SECOND: gl.constexpr):
+    # The columns of X [N, R] made orthonormal in order (the Q of X = QR, as the reference's
+    # modified Gram-Schmidt gives up to rounding). A column keeping at most DROP of its squared
+    # norm depends on the earlier ones: it is replaced by e_r made orthogonal to them.
+    q0, q1, q2, q3, dependent, ill = _cholesky_pass(x0, x1, x2, x3, NORM_MIN, DROP, SECOND)
+    if dependent:  # rare: a rank-deficient state or a q0 with repeated columns
+        zero = gl.zeros([NN], gl.float32, VEC)
+        q0 = x0 / gl.maximum(gl.sqrt(_dot(x0, x0)).to(gl.float32), NORM_MIN)
+        q1 = x1 - _dot(q0, x1).to(gl.float32) * q0
+        q1 = q1 - _dot(q0, q1).to(gl.float32) * q0
+        if _dot(q1, q1) <= DROP * _dot(x1, x1):
+            q1 = _replace_dependent(x1, q0, zero, zero, 1, NN)
+        q1 = q1 / gl.maximum(gl.sqrt(_dot(q1, q1)).to(gl.float32), NORM_MIN)
+        q2 = x2 - _dot(q0, x2).to(gl.float32) * q0 - _dot(q1, x2).to(gl.float32) * q1
+        q2 = q2 - _dot(q0, q2).to(gl.float32) * q0 - _dot(q1, q2).to(gl.float32) * q1
+        if _dot(q2, q2) <= DROP * _dot(x2, x2):
+            q2 = _replace_dependent(x2, q0, q1, zero, 2, NN)
+        q2 = q2 / gl.maximum(gl.sqrt(_dot(q2, q2)).to(gl.float32), NORM_MIN)
+        q3 = x3 - _dot(q0, x3).to(gl.float32) * q0 - _dot(q1, x3).to(gl.float32) * q1 - _dot(q2, x3).to(gl.float32) * q2
+        q3 = q3 - _dot(q0, q3).to(gl.float32) * q0 - _dot(q1, q3).to(gl.float32) * q1 - _dot(q2, q3).to(gl.float32) * q2
+        if _dot(q3, q3) <= DROP * _dot(x3, x3):
+            q3 = _replace_dependent(x3, q0, q1, q2, 3, NN)
+        q3 = q3 / gl.maximum(gl.sqrt(_dot(q3, q3)).to(gl.float32), NORM_MIN)
+    elif TWICE:
+        if ill:  # ill-conditioned: a second pass restores orthogonality
+            q0, q1, q2, q3, dependent, ill = _cholesky_pass(q0, q1, q2, q3, NORM_MIN, DROP, SECOND)
+    return q0, q1, q2, q3
+
+
+@gluon.jit
+def _flush_program(
+    slot, head,
+    codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+    kbuf, ubuf, gbuf, w, pcum,
+    q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s, thin_s,
+    C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
+    SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
+    U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
+    Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
+    IN_PLACE: gl.constexpr,
+    NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
+    QM: gl.constexpr, SCALE_MIN: gl.constexpr, NORM_MIN: gl.constexpr, DROP: gl.constexpr,
+    SECOND: gl.constexpr, U_LIMIT: gl.constexpr, GUARD_FROM_EXP: gl.constexpr,
+    MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
+):
+    prog = slot * NH + head
+    v = gl.arange(0, NV, layout=ROWS)
+    k = gl.arange(0, NK, layout=COLS)
+
+    # window: decay of entry j since it was appended, D_j = prod_{i > j} gbuf[i]
+    jw = gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))
+    kw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
+    gbase = gbuf + prog * (NL * NK)
+    g_after = gl.load(gbase + (jw[:, None] + 1) * NK + kw[None, :], mask=jw[:, None] + 1 < NL, other=1.0)
+    decay_j = gl.associative_scan(g_after.to(gl.float32), 0, _mul, reverse=True)
+    wj = gl.load(w + prog * NL + jw)
+    keys = gl.load(kbuf + prog * (NL * NK) + jw[:, None] * NK + kw[None, :]).to(gl.float32)
+    keys_hi, keys_lo = _split_bf16(keys * decay_j * wj[:, None])
+    vals = gl.load(ubuf + prog * (NL * NV) + jw[:, None] * NV + kw[None, :])  # [L, V] bf16, exact
+    decay = gl.exp(gl.load(pcum + prog * NK + k))
+
+    # old checkpoint
+    jt = gl.arange(0, 16, layout=gl.SliceLayout(1, TOKENS))
+    nt = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKENS))
+    live = jt[:, None] < NR
+    u_old = gl.load(u_in + slot * U_SLOT + head * U_HEAD + jt[:, None] * U_ROW + nt[None, :], mask=live, other=0.0)
+    q_old = gl.load(q_in + slot * Q_SLOT + head * Q_HEAD + jt[:, None] * Q_ROW + nt[None, :], mask=live, other=0.0)
+    vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))
+    kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))
+    codes = gl.load(codes_in + slot * C_SLOT + head * C_HEAD + vb[:, None] * NK + kb[None, :])
+    s_k = gl.load(sk_in + slot * SK_SLOT + head * SK_HEAD + k)
+    s_v = gl.load(sv_in + slot * SV_SLOT + head * SV_HEAD + v)
+
+    gl.thread_barrier()  # the previous program's products are done with the shared operands
+    keys_s.slice(0, NL).store(keys_hi)
+    keys_s.slice(NL, NL).store(keys_lo)
+    win_s.slice(0, NL).store(vals)
+    win_s.slice(NL, NL).store(vals)
+    tok_u_s.store(u_old)
+    tok_q_s.store(q_old)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    # rebuild: fp16 x fp16 products are exact in fp32, so the token part needs no split
+    s = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, gl.zeros([NV, NK], gl.float32, ACC))
+    # int8 -> fp32 through the fp32 mantissa (integer add, float subtract): exact
+    codes_f = (gl.convert_layout(codes, ACC).to(gl.int32) + MAGIC_BITS).to(gl.float32, bitcast=True) - MAGIC
+    s = (codes_f * (s_v * (1.0 / QM))[:, None] * s_k[None, :] + s) * decay[None, :]
+    # window keys as a bf16 hi/lo pair stacked along the reduction: one K = 2L product
+    s = warpgroup_mma(win_s.permute((1, 0)), keys_s, s)
+
+    # subspace iteration, scale-free: on S / 2^e with max|S / 2^e| in [1, 2)
+    ex = gl.minimum(gl.maximum(_exponent(gl.max(gl.max(gl.abs(s), axis=1), axis=0)), -126), 126)
+    s_hi, s_mid, s_lo = _split3_bf16(s * _pow2(-ex))
+    s_parts.index(0).store(s_hi)
+    s_parts.index(1).store(s_mid)
+    s_parts.index(2).store(s_lo)
+    fence_async_shared()
+    gl.thread_barrier()
+    a0, a1, a2, a3 = _thin_product(s_parts, q0_s, thin_s, True, NK)  # S^T q0
+    # qk only has to span S^T q0 (b = S qk spans the same space for any basis of it): one pass
+    k0, k1, k2, k3 = _orthonormal_cols(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND)
+    _store_operand(x_s, k0, k1, k2, k3)
+    fence_async_shared()
+    gl.thread_barrier()
+    b0, b1, b2, b3 = _thin_product(s_parts, x_s, thin_s, False, NV)  # S qk
+    p0, p1, p2, p3 = _orthonormal_cols(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND)
+    gl.thread_barrier()  # every warp has read qk from x_s
+    _store_operand(x_s, p0, p1, p2, p3)
+    fence_async_shared()
+    gl.thread_barrier()
+    u0, u1, u2, u3 = _thin_product(s_parts, x_s, thin_s, True, NK)  # S^T qv
+    scale = _pow2(ex)
+    u0 = u0 * scale
+    u1 = u1 * scale
+    u2 = u2 * scale
+    u3 = u3 * scale
+    # |u_r[k]| <= |S[:, k]| |qv_r| < sqrt(V) 2^(ex+1): below 2^14 the guard cannot fire
+    if ex > GUARD_FROM_EXP:
+        # the checkpoint stores only q^T u: where fp16 u_r would overflow, a power of two moves
+        # from u_r to q_r (exact for q^T u)
+        e0 = gl.where(gl.max(gl.abs(u0), axis=0) > U_LIMIT, _exponent(gl.max(gl.abs(u0), axis=0) / U_LIMIT) + 1, 0)
+        e1 = gl.where(gl.max(gl.abs(u1), axis=0) > U_LIMIT, _exponent(gl.max(gl.abs(u1), axis=0) / U_LIMIT) + 1, 0)
+        e2 = gl.where(gl.max(gl.abs(u2), axis=0) > U_LIMIT, _exponent(gl.max(gl.abs(u2), axis=0) / U_LIMIT) + 1, 0)
+        e3 = gl.where(gl.max(gl.abs(u3), axis=0) > U_LIMIT, _exponent(gl.max(gl.abs(u3), axis=0) / U_LIMIT) + 1, 0)
+        u0, p0 = u0 * _pow2(-e0), p0 * _pow2(e0)
+        u1, p1 = u1 * _pow2(-e1), p1 * _pow2(e1)
+        u2, p2 = u2 * _pow2(-e2), p2 * _pow2(e2)
+        u3, p3 = u3 * _pow2(-e3), p3 * _pow2(e3)
+
+    # residual against the rounded tokens: fp16 x fp16 products are exact in fp32
+    rows16 = gl.zeros([16, NK], gl.float32, TOKEN_ROWS)
+    u_new = _stack4(rows16, 0, u0, u1, u2, u3).to(gl.float16)
+    q_new = _stack4(rows16, 0, p0, p1, p2, p3).to(gl.float16)
+    tok_u_s.store(u_new)
+    tok_q_s.store(-q_new)
+    fence_async_shared()
+    gl.thread_barrier()
+    e = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, s)
+
+    # smoothing scales; the fast sqrt is within 1 ulp, and the codes use the stored scales
+    ae = gl.abs(e)
+    mean_k = gl.sum(ae, axis=0) * (1.0 / NV)
+    s_k_new = gl.maximum(gl.sqrt(mean_k), SCALE_MIN)
+    inv_k = gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN)  # each thread has 32 columns: no divisions
+    s_v_new = gl.maximum(gl.max(ae * inv_k[None, :], axis=1), SCALE_MIN)
+    x = e * inv_k[None, :] * (QM / s_v_new)[:, None]
+    x = gl.minimum(gl.maximum(x, -QM), QM)
+    # codes: round half to even through the fp32 mantissa; the low byte is the int8 code
+    codes_new = ((x + MAGIC).to(gl.int32, bitcast=True) - MAGIC_BITS).to(gl.int8)
+
+    gl.store(codes_out + slot * C_SLOT + head * C_HEAD + vb[:, None] * NK + kb[None, :],
+             gl.convert_layout(codes_new, BYTES))
+    gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + k, s_k_new)
+    gl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + v, s_v_new)
+    jn = gl.arange(0, 16, layout=gl.SliceLayout(1, TOKEN_ROWS))[:, None]
+    nn = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKEN_ROWS))[None, :]
+    gl.store(u_out + slot * U_SLOT + head * U_HEAD + jn * U_ROW + nn, u_new, mask=jn < NR)
+    gl.store(q_out + slot * Q_SLOT + head * Q_HEAD + jn * Q_ROW + nn, q_new, mask=jn < NR)
+    if IN_PLACE:
+        # every window load above has landed in registers before these stores issue
+        gl.store(w + prog * NL + jw, gl.zeros([NL], gl.float32, gl.SliceLayout(1, WIN)))
+        gl.store(gbase + jw[:, None] * NK + kw[None, :], gl.full([NL, NK], 1.0, gl.float16, WIN))
+        gl.store(pcum + prog * NK + k, gl.zeros([NK], gl.float32, COLS))
+
+
+@gluon.jit(do_not_specialize=["q0", "idx", "num_programs", "picks", "pick_stride"])  # no recompile per call
+def _flush_kernel(
+    codes_in, sk_in, sv_in, u_in, q_in,  # old checkpoint
+    codes_out, sk_out, sv_out, u_out, q_out,  # new checkpoint (aliases the old one in a pool)
+    kbuf, ubuf, gbuf, w, pcum, q0, idx, hcnt,
+    num_programs,  # candidate programs: len(idx) * H in a pool, B * H otherwise
+    picks, pick_stride,  # pool mode: int32 scratch, pick_stride words per CTA
+    C_SLOT: gl.constexpr, C_HEAD: gl.constexpr,  # element strides of the checkpoint tensors
+    SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
+    SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
+    U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
+    Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
+    IN_PLACE: gl.constexpr,  # pool mode: programs from idx, due when hcnt == L, window reset
+    TILE: gl.constexpr,  # candidates whose flags a CTA reads at once (pool mode)
+    CTAS: gl.constexpr,  # grid size: resident CTAs on the device
+    NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
+    QM: gl.constexpr, SCALE_MIN: gl.constexpr, NORM_MIN: gl.constexpr, DROP: gl.constexpr,
+    SECOND: gl.constexpr, U_LIMIT: gl.constexpr, GUARD_FROM_EXP: gl.constexpr,
+    MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
+):
+    gl.static_assert(NR == 4)
+    gl.static_assert(NV == NK)
+    pid = gl.program_id(0)
+    G: gl.constexpr = CTAS
+
+    # shared operands, allocated once per CTA and reused by every program it runs
+    q0_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)
+    win_s = gl.allocate_shared_memory(gl.bfloat16, [2 * NL, NV], OPERAND)
+    keys_s = gl.allocate_shared_memory(gl.bfloat16, [2 * NL, NK], OPERAND)
+    tok_u_s = gl.allocate_shared_memory(gl.float16, [16, NK], OPERAND)
+    tok_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
+    s_parts = gl.allocate_shared_memory(gl.bfloat16, [PARTS, NV, NK], OPERAND)
+    x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)
+    thin_s = gl.allocate_shared_memory(gl.float32, [THIN, NV], PLAIN)
+
+    # q0 [V, R] as the (hi^T; lo^T) rows of a thin operand, once per CTA
+    vq = gl.arange(0, NV, layout=VEC)
+    _store_operand(q0_s, gl.load(q0 + vq * NR + 0), gl.load(q0 + vq * NR + 1),
+                   gl.load(q0 + vq * NR + 2), gl.load(q0 + vq * NR + 3))
+
+    if IN_PLACE:
+        # every CTA reads all due flags, ranks the due programs in candidate order and takes
+        # ranks pid, pid + G, ...: balanced for any pattern, no atomics, nothing to reset
+        row = gl.arange(0, TILE // NH, layout=gl.SliceLayout(1, FLAGS))
+        hd = gl.arange(0, NH, layout=gl.SliceLayout(0, FLAGS))
+        mine = picks + pid * pick_stride
+        count = 0
+        for first in range(0, num_programs // NH, TILE // NH):
+            slots = gl.load(idx + first + row, mask=first + row < num_programs // NH, other=0)
+            alive = (slots > 0)[:, None]
+            fill = gl.load(hcnt + slots.to(gl.int64)[:, None] * NH + hd[None, :], mask=alive, other=0)
+            due = (alive & (fill == NL)).to(gl.int32)
+            per_slot = gl.sum(due, axis=1)
+            # Triton scans only blocked layouts: the slot totals go through one for the prefix
+            flat = gl.convert_layout(per_slot, SLOT_LIST)
+            before = gl.convert_layout(gl.associative_scan(flat, 0, _add) - flat, gl.SliceLayout(1, FLAGS))
+            rank = count + before[:, None] + gl.associative_scan(due, 1, _add) - 1
+            gl.store(mine + rank // G, slots[:, None] * NH + hd[None, :], mask=(due != 0) & (rank % G == pid))
+            count += gl.sum(per_slot, axis=0)
+        gl.thread_barrier()  # the picks are written by other threads of this CTA
+        fence_async_shared()
+        for t in range(0, gl.cdiv(count - pid, G)):
+            p = gl.load(mine + t)
+            _flush_program(
+                (p // NH).to(gl.int64), p % NH,
+                codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+                kbuf, ubuf, gbuf, w, pcum,
+                q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s, thin_s,
+                C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+                Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
+                QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, GUARD_FROM_EXP, MAGIC, MAGIC_BITS,
+            )
+    else:
+        fence_async_shared()
+        for c in range(pid, num_programs, G):
+            _flush_program(
+                (c // NH).to(gl.int64), c % NH,
+                codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+                kbuf, ubuf, gbuf, w, pcum,
+                q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s, thin_s,
+                C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+                Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
+                QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, GUARD_FROM_EXP, MAGIC, MAGIC_BITS,
+            )
+
+
+def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None):
+    """Launch the Gluon flush kernel; arguments and semantics as ``flush.launch_flush``.
+
+    Both modes run on resident CTAs (one per SM): a pool call ranks the due programs and shares
+    them out, a functional call strides over the batch. Needs an sm_90 device and a triton
+    release in ``VERIFIED_TRITON`` (``kernel.choose`` checks both). Returns the launched kernel
+    object, or None for an empty launch.
+    """
+    in_place = idx is not None
+    num_programs = (idx.numel() if in_place else ckpt_in[0].shape[0]) * H
+    if num_programs == 0:
+        return None
+    kbuf, ubuf, gbuf, w, pcum = window
+    grid = (_resident_ctas(q0.device),)
+    pick_stride = triton.cdiv(min(num_programs, hcnt.shape[0] * H), grid[0]) if in_place else 0
+    if in_place and picks is None:
+        picks = torch.empty(pick_words(hcnt.shape[0], q0.device), dtype=torch.int32, device=q0.device)
+    dummy = q0  # unused pointer arguments in functional mode
+    with torch.cuda.device(q0.device):
+        return _flush_kernel[grid](
+            *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
+            idx if in_place else dummy, hcnt if in_place else dummy, num_programs,
+            picks if in_place else dummy, pick_stride,
+            **_strides(*ckpt_in), IN_PLACE=in_place, TILE=portable.FLAG_TILE, CTAS=grid[0], **_CONSTANTS,
+            num_warps=NUM_WARPS,
+        )
+
+
+_CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), SCALE_MIN=EPS, NORM_MIN=NORM_FLOOR,
+                  DROP=DEPENDENT_COLUMN, SECOND=SECOND_PASS_BELOW, U_LIMIT=TOKEN_LIMIT,
+                  GUARD_FROM_EXP=GUARD_FROM_EXP, MAGIC=ROUND_MAGIC, MAGIC_BITS=ROUND_MAGIC_BITS)

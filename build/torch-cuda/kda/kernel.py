@@ -1,0 +1,76 @@
+"""Which flush kernel runs on a device: the choice is made here and nowhere else.
+
+``gluon`` (``flush_gluon.py``): the Hopper kernel, for sm_90 devices under a triton release it
+was verified with. ``triton`` (``flush.py``): the portable kernel, everywhere else (other GPUs,
+other triton releases, Triton's CPU interpreter). ``LEAPQUANT_KERNEL=triton`` or ``=gluon``
+forces one. Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+
+KERNELS = ("gluon", "triton")
+FORCE_VARIABLE = "LEAPQUANT_KERNEL"
+
+
+@functools.lru_cache(maxsize=None)
+def _gluon_runs_on(device: torch.device) -> bool:
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return False
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        return False
+    try:
+        from . import flush_gluon
+    except ImportError:  # a triton without Gluon
+        return False
+    return triton.__version__ in flush_gluon.VERIFIED_TRITON
+
+
+def choose(device) -> str:
+    """The kernel that flushes on ``device``: ``"gluon"`` or ``"triton"``.
+
+    ``LEAPQUANT_KERNEL`` (``gluon`` or ``triton``) forces one; otherwise Gluon where
+    ``_gluon_runs_on`` holds (sm_90, verified triton, not interpreting). Raises ValueError for
+    an unknown forced name, or for ``gluon`` forced where it cannot run.
+    """
+    device = torch.device(device)
+    forced = os.environ.get(FORCE_VARIABLE, "")
+    if forced and forced not in KERNELS:
+        raise ValueError(f"{FORCE_VARIABLE}={forced!r}: expected one of {KERNELS}")
+    if forced == "gluon" and not _gluon_runs_on(device):
+        raise ValueError(f"{FORCE_VARIABLE}=gluon, but the Gluon kernel needs an sm_90 device and triton "
+                         f"{_verified()} (have {device}, triton {triton.__version__})")
+    if forced:
+        return forced
+    return "gluon" if _gluon_runs_on(device) else "triton"
+
+
+def _verified() -> tuple:
+    try:
+        from .flush_gluon import VERIFIED_TRITON
+    except ImportError:
+        return ()
+    return VERIFIED_TRITON
+
+
+def module(name: str):
+    """The module of kernel ``name`` (``launch_flush``, ``_flush_kernel``)."""
+    if name == "gluon":
+        from . import flush_gluon
+
+        return flush_gluon
+    from . import flush
+
+    return flush
+
+
+def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None, kernel: str | None = None):
+    """Launch the flush on ``kernel`` (default: ``choose(q0.device)``); arguments and semantics
+    as ``flush.launch_flush``."""
+    name = kernel or choose(q0.device)
+    return module(name).launch_flush(ckpt_in, ckpt_out, window, q0, idx=idx, hcnt=hcnt, picks=picks)
