@@ -15,11 +15,13 @@ conless-leapquant-kda-flush.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+from triton.experimental.gluon.language.nvidia.hopper import async_copy, fence_async_shared, warpgroup_mma
 
 from . import flush as portable
 from .flush import ROUND_MAGIC, ROUND_MAGIC_BITS, _resident_ctas, _strides, pick_words
@@ -52,6 +54,12 @@ TOKENS = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [8, 1], [1, 0]))  # [16,
 FLAGS = gl.constexpr(gl.BlockedLayout([1, 1], [1, 32], [8, 1], [1, 0]))  # [slots, H] due flags
 SLOT_LIST = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))  # [slots] due counts
 PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+PLAIN1 = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
+# the next program's inputs are copied (cp.async, 16 bytes a thread where rows allow) into a
+# staging area while this one computes
+HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [8, 1], [1, 0]))  # [16, N] 16-bit rows
+TOKEN_COPY = gl.constexpr(gl.BlockedLayout([1, 2], [1, 32], [4, 2], [1, 0]))  # [R, N] fp16 tokens
+WORDS = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))  # [N] fp32
 OPERAND = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
 
 
@@ -245,10 +253,45 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
 
 
 @gluon.jit
+def _prefetch(
+    slot, head, stage,
+    codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
+    C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
+    SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
+    U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
+    Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
+    NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
+):
+    # start copying program (slot, head)'s checkpoint and window into the staging area
+    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
+    prog = slot * NH + head
+    vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))[:, None]
+    kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))[None, :]
+    async_copy.async_copy_global_to_shared(st_codes, codes_in + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
+    jh = gl.arange(0, NL, layout=gl.SliceLayout(1, HALVES))[:, None]
+    nh = gl.arange(0, NK, layout=gl.SliceLayout(0, HALVES))[None, :]
+    # the gates after entry j: rows 1.. of gbuf, then a row of ones
+    g_after = gl.where(jh + 1 < NL, gbuf + prog * (NL * NK) + (jh + 1) * NK + nh, ones + nh)
+    async_copy.async_copy_global_to_shared(st_gbuf, g_after)
+    async_copy.async_copy_global_to_shared(st_kbuf, kbuf + prog * (NL * NK) + jh * NK + nh)
+    async_copy.async_copy_global_to_shared(st_ubuf, ubuf + prog * (NL * NV) + jh * NV + nh)
+    jr = gl.arange(0, NR, layout=gl.SliceLayout(1, TOKEN_COPY))[:, None]
+    nr = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKEN_COPY))[None, :]
+    async_copy.async_copy_global_to_shared(st_u.slice(0, NR), u_in + slot * U_SLOT + head * U_HEAD + jr * U_ROW + nr)
+    async_copy.async_copy_global_to_shared(st_q.slice(0, NR), q_in + slot * Q_SLOT + head * Q_HEAD + jr * Q_ROW + nr)
+    n = gl.arange(0, NK, layout=WORDS)
+    async_copy.async_copy_global_to_shared(st_pcum, pcum + prog * NK + n)
+    async_copy.async_copy_global_to_shared(st_sk, sk_in + slot * SK_SLOT + head * SK_HEAD + n)
+    async_copy.async_copy_global_to_shared(st_sv, sv_in + slot * SV_SLOT + head * SV_HEAD + n)
+    async_copy.async_copy_global_to_shared(st_w, w + prog * NL + gl.arange(0, NL, layout=WORDS))
+    async_copy.commit_group()
+
+
+@gluon.jit
 def _flush_program(
-    slot, head,
+    slot, head, next_slot, next_head, has_next, stage,
     codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-    kbuf, ubuf, gbuf, w, pcum,
+    kbuf, ubuf, gbuf, w, pcum, ones,
     q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s, thin_s,
     C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
     SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
@@ -263,32 +306,36 @@ def _flush_program(
     prog = slot * NH + head
     v = gl.arange(0, NV, layout=ROWS)
     k = gl.arange(0, NK, layout=COLS)
-
-    # window: decay of entry j since it was appended, D_j = prod_{i > j} gbuf[i]
     jw = gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))
     kw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
-    gbase = gbuf + prog * (NL * NK)
-    g_after = gl.load(gbase + (jw[:, None] + 1) * NK + kw[None, :], mask=jw[:, None] + 1 < NL, other=1.0)
-    decay_j = gl.associative_scan(g_after.to(gl.float32), 0, _mul, reverse=True)
-    wj = gl.load(w + prog * NL + jw)
-    keys = gl.load(kbuf + prog * (NL * NK) + jw[:, None] * NK + kw[None, :]).to(gl.float32)
-    keys_hi, keys_lo = _split_bf16(keys * decay_j * wj[:, None])
-    vals = gl.load(ubuf + prog * (NL * NV) + jw[:, None] * NV + kw[None, :])  # [L, V] bf16, exact
-    decay = gl.exp(gl.load(pcum + prog * NK + k))
-
-    # old checkpoint
-    jt = gl.arange(0, 16, layout=gl.SliceLayout(1, TOKENS))
-    nt = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKENS))
-    live = jt[:, None] < NR
-    u_old = gl.load(u_in + slot * U_SLOT + head * U_HEAD + jt[:, None] * U_ROW + nt[None, :], mask=live, other=0.0)
-    q_old = gl.load(q_in + slot * Q_SLOT + head * Q_HEAD + jt[:, None] * Q_ROW + nt[None, :], mask=live, other=0.0)
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))
-    codes = gl.load(codes_in + slot * C_SLOT + head * C_HEAD + vb[:, None] * NK + kb[None, :])
-    s_k = gl.load(sk_in + slot * SK_SLOT + head * SK_HEAD + k)
-    s_v = gl.load(sv_in + slot * SV_SLOT + head * SV_HEAD + v)
 
-    gl.thread_barrier()  # the previous program's products are done with the shared operands
+    # this program's inputs, staged by _prefetch, into registers; then the next one's copies start
+    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
+    async_copy.wait_group(0)
+    gl.thread_barrier()  # every thread's copies have landed; the previous program's products are done
+    g_after = st_gbuf.load(WIN)
+    keys = st_kbuf.load(WIN).to(gl.float32)
+    vals = st_ubuf.load(WIN)  # [L, V] bf16, exact
+    wj = st_w.load(gl.SliceLayout(1, WIN))
+    u_old = st_u.load(TOKENS)
+    q_old = st_q.load(TOKENS)
+    codes = st_codes.load(BYTES)
+    pcum_k = st_pcum.load(COLS)
+    s_k = st_sk.load(COLS)
+    s_v = st_sv.load(ROWS)
+    gl.thread_barrier()  # the staging area is free again
+    if has_next:
+        _prefetch(next_slot, next_head, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
+                  C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+                  Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+
+    # window: decay of entry j since it was appended, D_j = prod_{i > j} gbuf[i]
+    decay_j = gl.associative_scan(g_after.to(gl.float32), 0, _mul, reverse=True)
+    keys_hi, keys_lo = _split_bf16(keys * decay_j * wj[:, None])
+    decay = gl.exp(pcum_k)
+    gbase = gbuf + prog * (NL * NK)
     keys_s.slice(0, NL).store(keys_hi)
     keys_s.slice(NL, NL).store(keys_lo)
     win_s.slice(0, NL).store(vals)
@@ -386,6 +433,7 @@ def _flush_kernel(
     codes_in, sk_in, sv_in, u_in, q_in,  # old checkpoint
     codes_out, sk_out, sv_out, u_out, q_out,  # new checkpoint (aliases the old one in a pool)
     kbuf, ubuf, gbuf, w, pcum, q0, idx, hcnt,
+    ones,  # fp16 [K] of ones: the gates after the last window entry
     num_programs,  # candidate programs: len(idx) * H in a pool, B * H otherwise
     picks, pick_stride,  # pool mode: int32 scratch, pick_stride words per CTA
     C_SLOT: gl.constexpr, C_HEAD: gl.constexpr,  # element strides of the checkpoint tensors
@@ -415,6 +463,15 @@ def _flush_kernel(
     s_parts = gl.allocate_shared_memory(gl.bfloat16, [PARTS, NV, NK], OPERAND)
     x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)
     thin_s = gl.allocate_shared_memory(gl.float32, [THIN, NV], PLAIN)
+    # staging area of the next program's inputs; token rows from R on stay zero
+    st_u = gl.allocate_shared_memory(gl.float16, [16, NK], PLAIN, gl.zeros([16, NK], gl.float16, HALVES))
+    st_q = gl.allocate_shared_memory(gl.float16, [16, NV], PLAIN, gl.zeros([16, NV], gl.float16, HALVES))
+    stage = (gl.allocate_shared_memory(gl.int8, [NV, NK], PLAIN), gl.allocate_shared_memory(gl.float16, [NL, NK], PLAIN),
+             gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN),
+             gl.allocate_shared_memory(gl.bfloat16, [NL, NV], PLAIN), st_u, st_q,
+             gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
+             gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], PLAIN1))
+    gl.thread_barrier()  # the constant rows are written before any copy lands beside them
 
     # q0 [V, R] as the (hi^T; lo^T) rows of a thin operand, once per CTA
     vq = gl.arange(0, NV, layout=VEC)
@@ -442,12 +499,19 @@ def _flush_kernel(
             count += gl.sum(per_slot, axis=0)
         gl.thread_barrier()  # the picks are written by other threads of this CTA
         fence_async_shared()
-        for t in range(0, gl.cdiv(count - pid, G)):
+        n = gl.cdiv(count - pid, G)
+        if n > 0:
+            p = gl.load(mine)
+            _prefetch((p // NH).to(gl.int64), p % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf,
+                      w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+                      Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+        for t in range(0, n):
             p = gl.load(mine + t)
+            nxt = gl.load(mine + t + 1, mask=t + 1 < n, other=0)
             _flush_program(
-                (p // NH).to(gl.int64), p % NH,
+                (p // NH).to(gl.int64), p % NH, (nxt // NH).to(gl.int64), nxt % NH, t + 1 < n, stage,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-                kbuf, ubuf, gbuf, w, pcum,
+                kbuf, ubuf, gbuf, w, pcum, ones,
                 q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s, thin_s,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
@@ -455,16 +519,27 @@ def _flush_kernel(
             )
     else:
         fence_async_shared()
+        if pid < num_programs:
+            _prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
+                      gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+                      Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
         for c in range(pid, num_programs, G):
+            nxt = c + G
             _flush_program(
-                (c // NH).to(gl.int64), c % NH,
+                (c // NH).to(gl.int64), c % NH, (nxt // NH).to(gl.int64), nxt % NH, nxt < num_programs, stage,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-                kbuf, ubuf, gbuf, w, pcum,
+                kbuf, ubuf, gbuf, w, pcum, ones,
                 q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s, thin_s,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, GUARD_FROM_EXP, MAGIC, MAGIC_BITS,
             )
+
+
+@functools.lru_cache(maxsize=None)
+def _ones(device: torch.device) -> torch.Tensor:
+    # made on the first launch on a device (a pool's warm-up), never inside a captured graph
+    return torch.ones(K, dtype=torch.float16, device=device)
 
 
 def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None):
@@ -488,7 +563,7 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     with torch.cuda.device(q0.device):
         return _flush_kernel[grid](
             *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
-            idx if in_place else dummy, hcnt if in_place else dummy, num_programs,
+            idx if in_place else dummy, hcnt if in_place else dummy, _ones(q0.device), num_programs,
             picks if in_place else dummy, pick_stride,
             **_strides(*ckpt_in), IN_PLACE=in_place, TILE=portable.FLAG_TILE, CTAS=grid[0], **_CONSTANTS,
             num_warps=NUM_WARPS,
