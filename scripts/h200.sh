@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The one H200 run: GPU tests (both kernels), accuracy on every batch size, benchmark of the
-# default kernel and of the portable one. Full logs under $OUT (./out when unset); a short table last.
-#   bash scripts/h200.sh [--sweep] [--ncu] [--precision] [--no-portable]
+# The one H200 run: GPU tests (both kernels), accuracy on every batch size and benchmark of each
+# kernel. Full logs under $OUT (./out when unset); a short table last.
+#   bash scripts/h200.sh [--sweep] [--ncu] [--precision] [--kernels-hub]
+# --kernels-hub: the Hugging Face `kernels` loading tests and README's snippet (needs `kernels`
+# importable, e.g. from wheels installed to a folder on PYTHONPATH)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -11,10 +13,11 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 timeout 300 python3 -m pytest -q -m gpu tests/ > "$OUT/pytest_gpu.log" 2>&1
 echo "gpu tests: $(tail -n 1 "$OUT/pytest_gpu.log")"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest_gpu.log" | head -20
-portable=1
 for opt in "$@"; do
   case "$opt" in
-    --no-portable) portable=0 ;;
+    --kernels-hub) python3 -m pytest -q -rs tests/test_kernels_load.py tests/test_kernels_build.py > "$OUT/kernels_hub.log" 2>&1
+                   echo "kernels loading tests: $(tail -n 1 "$OUT/kernels_hub.log")"
+                   python3 -c "$(sed -n "/^python -c '\$/,/^'\$/p" README.md | sed '1d;$d')" 2>&1 | tee -a "$OUT/kernels_hub.log" | tail -n 2 ;;
     --sweep) python3 scripts/sweep.py ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1; grep -E "num_warps|bandwidth|Error" "$OUT/sweep.log" ;;
     --ncu) ncu --clock-control none --kernel-name regex:_flush_kernel --launch-skip 1 --launch-count 1 \
              --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
@@ -26,8 +29,8 @@ for opt in "$@"; do
                  echo "precision report: exit $?" ;;
   esac
 done
-if [ "$portable" = 1 ]; then
-  python3 -m leapquant.bench --kernel triton --json "$OUT/bench_triton.json" > "$OUT/bench_triton.log" 2>&1
-  echo "portable kernel:"; grep -A9 "x floor" "$OUT/bench_triton.log"; grep -A4 "steady state" "$OUT/bench_triton.log"
-fi
+python3 -m leapquant.bench --kernel gluon --json "$OUT/bench_gluon.json" > "$OUT/bench_gluon.log" 2>&1
+echo "Gluon kernel:"; grep -B1 -A8 "x floor" "$OUT/bench_gluon.log"; grep -A4 "steady state" "$OUT/bench_gluon.log"
+grep -A8 "stress families" "$OUT/bench_gluon.log"
+echo "default kernel:"
 python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 24

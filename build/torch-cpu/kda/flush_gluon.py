@@ -428,6 +428,19 @@ def _flush_program(
         gl.store(pcum + prog * NK + k, gl.zeros([NK], gl.float32, COLS))
 
 
+@gluon.jit
+def _set_up_cta(q0, q0_s, st_u, st_q, NV: gl.constexpr, NR: gl.constexpr):
+    # once per CTA: q0 [V, R] as the (hi^T; mid^T; lo^T) rows of a thin operand, and the token
+    # rows from R on of the staging area zero (the copies write rows below R only)
+    vq = gl.arange(0, NV, layout=VEC)
+    _store_operand(q0_s, gl.load(q0 + vq * NR + 0), gl.load(q0 + vq * NR + 1),
+                   gl.load(q0 + vq * NR + 2), gl.load(q0 + vq * NR + 3))
+    st_u.store(gl.zeros([16, NV], gl.float16, HALVES))
+    st_q.store(gl.zeros([16, NV], gl.float16, HALVES))
+    fence_async_shared()
+    gl.thread_barrier()  # before any copy lands beside the zero rows
+
+
 @gluon.jit(do_not_specialize=["q0", "idx", "num_programs", "picks", "pick_stride"])  # no recompile per call
 def _flush_kernel(
     codes_in, sk_in, sv_in, u_in, q_in,  # old checkpoint
@@ -464,19 +477,13 @@ def _flush_kernel(
     x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)
     thin_s = gl.allocate_shared_memory(gl.float32, [THIN, NV], PLAIN)
     # staging area of the next program's inputs; token rows from R on stay zero
-    st_u = gl.allocate_shared_memory(gl.float16, [16, NK], PLAIN, gl.zeros([16, NK], gl.float16, HALVES))
-    st_q = gl.allocate_shared_memory(gl.float16, [16, NV], PLAIN, gl.zeros([16, NV], gl.float16, HALVES))
+    st_u = gl.allocate_shared_memory(gl.float16, [16, NK], PLAIN)
+    st_q = gl.allocate_shared_memory(gl.float16, [16, NV], PLAIN)
     stage = (gl.allocate_shared_memory(gl.int8, [NV, NK], PLAIN), gl.allocate_shared_memory(gl.float16, [NL, NK], PLAIN),
              gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN),
              gl.allocate_shared_memory(gl.bfloat16, [NL, NV], PLAIN), st_u, st_q,
              gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
              gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], PLAIN1))
-    gl.thread_barrier()  # the constant rows are written before any copy lands beside them
-
-    # q0 [V, R] as the (hi^T; lo^T) rows of a thin operand, once per CTA
-    vq = gl.arange(0, NV, layout=VEC)
-    _store_operand(q0_s, gl.load(q0 + vq * NR + 0), gl.load(q0 + vq * NR + 1),
-                   gl.load(q0 + vq * NR + 2), gl.load(q0 + vq * NR + 3))
 
     if IN_PLACE:
         # every CTA reads all due flags, ranks the due programs in candidate order and takes
@@ -500,7 +507,8 @@ def _flush_kernel(
         gl.thread_barrier()  # the picks are written by other threads of this CTA
         fence_async_shared()
         n = gl.cdiv(count - pid, G)
-        if n > 0:
+        if n > 0:  # a CTA with nothing to flush leaves here
+            _set_up_cta(q0, q0_s, st_u, st_q, NV, NR)
             p = gl.load(mine)
             _prefetch((p // NH).to(gl.int64), p % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf,
                       w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
@@ -518,7 +526,7 @@ def _flush_kernel(
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, GUARD_FROM_EXP, MAGIC, MAGIC_BITS,
             )
     else:
-        fence_async_shared()
+        _set_up_cta(q0, q0_s, st_u, st_q, NV, NR)
         if pid < num_programs:
             _prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
                       gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,

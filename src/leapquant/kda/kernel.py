@@ -1,9 +1,9 @@
 """Which flush kernel runs on a device: the choice is made here and nowhere else.
 
-``gluon`` (``flush_gluon.py``): the Hopper kernel, for sm_90 devices under a triton release it
-was verified with. ``triton`` (``flush.py``): the portable kernel, everywhere else (other GPUs,
-other triton releases, Triton's CPU interpreter). ``LEAPQUANT_KERNEL=triton`` or ``=gluon``
-forces one. Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
+``triton`` (``flush.py``): the portable kernel, for any CUDA GPU and Triton's CPU interpreter.
+``gluon`` (``flush_gluon.py``): the Hopper kernel, which runs only on sm_90 devices under a
+triton release it was verified with; it is chosen by default there once it is the faster of the
+two (``GLUON_BY_DEFAULT``). ``LEAPQUANT_KERNEL=triton`` or ``=gluon`` forces one. Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ import triton
 
 KERNELS = ("gluon", "triton")
 FORCE_VARIABLE = "LEAPQUANT_KERNEL"
+# On the H200 the Gluon kernel is more accurate (three-part subspace products) but still ~14%
+# slower than the portable one with every program due (BENCHMARKS.md, v11): opt-in until faster.
+GLUON_BY_DEFAULT = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,8 +38,9 @@ def choose(device) -> str:
     """The kernel that flushes on ``device``: ``"gluon"`` or ``"triton"``.
 
     ``LEAPQUANT_KERNEL`` (``gluon`` or ``triton``) forces one; otherwise Gluon where
-    ``_gluon_runs_on`` holds (sm_90, verified triton, not interpreting). Raises ValueError for
-    an unknown forced name, or for ``gluon`` forced where it cannot run.
+    ``GLUON_BY_DEFAULT`` is set and ``_gluon_runs_on`` holds (sm_90, verified triton, not
+    interpreting), else the portable kernel. Raises ValueError for an unknown forced name, or
+    for ``gluon`` forced where it cannot run.
     """
     device = torch.device(device)
     forced = os.environ.get(FORCE_VARIABLE, "")
@@ -47,7 +51,7 @@ def choose(device) -> str:
                          f"{_verified()} (have {device}, triton {triton.__version__})")
     if forced:
         return forced
-    return "gluon" if _gluon_runs_on(device) else "triton"
+    return "gluon" if GLUON_BY_DEFAULT and _gluon_runs_on(device) else "triton"
 
 
 def _verified() -> tuple:
