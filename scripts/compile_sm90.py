@@ -1,7 +1,10 @@
-"""Compile the flush kernel for sm_90 without a GPU (Triton's bundled ptxas) and report
+"""Compile a flush kernel for sm_90a without a GPU (Triton's bundled ptxas) and report
 registers, spills and shared memory; optionally dump TTGIR/PTX/SASS to a folder.
 
-    python scripts/compile_sm90.py [--num-warps 8] [--in-place] [--dump DIR]
+    python scripts/compile_sm90.py [--gluon] [--num-warps 8] [--in-place] [--dump DIR]
+
+--gluon compiles the Gluon kernel (needs a triton in flush_gluon.VERIFIED_TRITON, e.g. the
+`dev` extra's triton 3.6.0); without it, the portable Triton kernel.
 """
 
 import argparse
@@ -21,6 +24,7 @@ POINTERS = {
     "codes_out": "*i8", "sk_out": "*fp32", "sv_out": "*fp32", "u_out": "*fp16", "q_out": "*fp16",
     "kbuf": "*bf16", "ubuf": "*bf16", "gbuf": "*fp16", "w": "*fp32", "pcum": "*fp32", "q0": "*fp32",
     "idx": "*i32", "hcnt": "*i32", "num_programs": "i32", "picks": "*i32", "pick_stride": "i32",
+    "ones": "*fp16",
 }
 NUM_STAGES = int(os.environ.get("NUM_STAGES", "1"))
 H200_SMS = 132  # the persistent grid's size on the target
@@ -39,6 +43,22 @@ def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None, mo
     src = ASTSource(module._flush_kernel, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params},
                     attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": NUM_STAGES})
+
+
+def compile_gluon(in_place: bool):
+    """The Gluon kernel compiled for sm_90a (raises where this triton's Gluon API differs)."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from leapquant.kda import flush_gluon as fg
+
+    params = [p.name for p in fg._flush_kernel.params]
+    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "TILE": flush.FLAG_TILE, "CTAS": H200_SMS, **fg._CONSTANTS}
+    sig = {name: POINTERS.get(name, "constexpr") for name in params}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params)
+             if n in POINTERS and n not in ("q0", "idx", "picks", "num_programs", "pick_stride")}
+    src = GluonASTSource(fg._flush_kernel, sig, constexprs={(params.index(k),): v for k, v in consts.items()},
+                         attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": fg.NUM_WARPS})
 
 
 def resource_usage(cubin: bytes) -> str:
@@ -61,8 +81,9 @@ def main():
     ap.add_argument("--num-warps", type=int, default=flush.NUM_WARPS)
     ap.add_argument("--in-place", action="store_true")
     ap.add_argument("--dump", default=None)
+    ap.add_argument("--gluon", action="store_true", help="the Gluon kernel instead of the portable one")
     args = ap.parse_args()
-    k = compile_kernel(args.num_warps, args.in_place)
+    k = compile_gluon(args.in_place) if args.gluon else compile_kernel(args.num_warps, args.in_place)
     print(f"num_warps={args.num_warps} shared={k.metadata.shared} bytes")
     print(resource_usage(k.asm["cubin"]))
     if args.dump:
