@@ -29,7 +29,7 @@ def _gluon_runs_on(device: torch.device) -> bool:
         return False
     try:
         from . import flush_gluon
-    except ImportError:  # a triton without Gluon
+    except Exception:  # a triton without Gluon, or whose Gluon API the module does not fit
         return False
     return triton.__version__ in flush_gluon.VERIFIED_TRITON
 
@@ -57,7 +57,7 @@ def choose(device) -> str:
 def _verified() -> tuple:
     try:
         from .flush_gluon import VERIFIED_TRITON
-    except ImportError:
+    except Exception:
         return ()
     return VERIFIED_TRITON
 
