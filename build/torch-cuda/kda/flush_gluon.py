@@ -213,7 +213,7 @@ def _cholesky_pass(x0, x1, x2, x3, NORM_MIN: gl.constexpr, DROP: gl.constexpr, S
 
 
 @gluon.jit
-def _replace_dependent(x, b0, b1, b2, r: gl.constexpr, NN: gl.constexpr):
+def _replace_dependent(b0, b1, b2, r: gl.constexpr, NN: gl.constexpr):
     # a column that depends on the earlier ones becomes e_r made orthogonal to them (twice)
     e = gl.where(gl.arange(0, NN, layout=VEC) == r, 1.0, 0.0)
     for _ in gl.static_range(2):
@@ -234,17 +234,17 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
         q1 = x1 - _dot(q0, x1).to(gl.float32) * q0
         q1 = q1 - _dot(q0, q1).to(gl.float32) * q0
         if _dot(q1, q1) <= DROP * _dot(x1, x1):
-            q1 = _replace_dependent(x1, q0, zero, zero, 1, NN)
+            q1 = _replace_dependent(q0, zero, zero, 1, NN)
         q1 = q1 / gl.maximum(gl.sqrt(_dot(q1, q1)).to(gl.float32), NORM_MIN)
         q2 = x2 - _dot(q0, x2).to(gl.float32) * q0 - _dot(q1, x2).to(gl.float32) * q1
         q2 = q2 - _dot(q0, q2).to(gl.float32) * q0 - _dot(q1, q2).to(gl.float32) * q1
         if _dot(q2, q2) <= DROP * _dot(x2, x2):
-            q2 = _replace_dependent(x2, q0, q1, zero, 2, NN)
+            q2 = _replace_dependent(q0, q1, zero, 2, NN)
         q2 = q2 / gl.maximum(gl.sqrt(_dot(q2, q2)).to(gl.float32), NORM_MIN)
         q3 = x3 - _dot(q0, x3).to(gl.float32) * q0 - _dot(q1, x3).to(gl.float32) * q1 - _dot(q2, x3).to(gl.float32) * q2
         q3 = q3 - _dot(q0, q3).to(gl.float32) * q0 - _dot(q1, q3).to(gl.float32) * q1 - _dot(q2, q3).to(gl.float32) * q2
         if _dot(q3, q3) <= DROP * _dot(x3, x3):
-            q3 = _replace_dependent(x3, q0, q1, q2, 3, NN)
+            q3 = _replace_dependent(q0, q1, q2, 3, NN)
         q3 = q3 / gl.maximum(gl.sqrt(_dot(q3, q3)).to(gl.float32), NORM_MIN)
     elif TWICE:
         if ill:  # ill-conditioned: a second pass restores orthogonality
