@@ -22,12 +22,14 @@ import torch
 from leapquant.kda import flush, inputs
 
 SRC = open(flush.__file__).read().replace("from .geometry", "from leapquant.kda.geometry")
-SUBSPACE = ("    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST), NR, NORM_MIN, DROP, QK_TWICE)"
+SUBSPACE = ("    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, True, UPCAST), NR, NORM_MIN, DROP, QK_TWICE)"
             "  # [K, RP]\n"
-            "    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST), NR, NORM_MIN, DROP, True)  # [V, RP]\n")
-PRODUCTS = ("    qk = _dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST)\n"
-            "    qv = _dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST)\n")
-TOKENS = "    uk = _dot_fp32(sht, smt, slt, qv, SPLIT3, UPCAST) * _pow2(ex)\n"
+            "    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, True, UPCAST), NR, NORM_MIN, DROP, True)  # [V, RP]\n")
+PRODUCTS = ("    qk = _dot_fp32(sht, smt, slt, q0p, True, UPCAST)\n"
+            "    qv = _dot_fp32(sh, sm, sl, qk, True, UPCAST)\n")
+TOKENS = ("    if SPLIT3:\n        uk = _dot_fp32(sht, smt, slt, qv, True, UPCAST)\n"
+          "    else:  # hi and mid are the two-part split of S\n        uk = _dot_fp32(sht, sht, smt, qv, False, UPCAST)\n"
+          "    uk = uk * _pow2(ex)\n")
 CUTS = {
     "full": [],
     "maxnreg128": [("num_warps=NUM_WARPS, num_stages=1,", "num_warps=NUM_WARPS, num_stages=1, maxnreg=128,")],

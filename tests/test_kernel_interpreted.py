@@ -23,7 +23,7 @@ def verdicts():
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("family", ["structured", "second_window", "random"])
+@pytest.mark.parametrize("family", ["structured", "second_window", "random", "small_state", "blind_q0"])
 def test_interpreted_kernel_meets_criterion(verdicts, family):
     v = verdicts["functional"][family]
     assert verdicts["interpreted"]

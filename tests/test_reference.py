@@ -154,3 +154,27 @@ def test_cpu_flush_covers_the_domain(family):
     if family == "coherent_huge":
         # the trap: the reference's fp16 u overflows on a coherent |S| ~ 8e3 state
         assert not bool(torch.isfinite(ref[3].float()).all())
+
+
+def test_small_state_tokens_reach_fp16_subnormals():
+    # issue 10: the state scaled from 1e-4 (head 0) to 1e-12 (head 31), mean|S| ~1e-5 .. 1e-14; the reference's tokens go through
+    # fp16's subnormal range (below 2^-14) to zero, while the state stays well inside fp32
+    x = inputs.make("small_state", 1, "cpu", seed=2)
+    S = rebuild(*(x[n] for n in inputs.FLUSH_ARGS[:-1]), dtype=torch.float64)
+    mag = S.abs().mean((-2, -1))[0]
+    assert 1e-6 < float(mag[0]) < 1e-4 and 1e-15 < float(mag[-1]) < 1e-13
+    u = reference(**x)[3].float().abs().amax((-2, -1))[0]
+    assert float(u[0]) > 2.0**-14 and float(u[12]) < 2.0**-14 and float(u[-1]) == 0.0
+
+
+def test_blind_q0_overlaps_span_the_range():
+    # the old tokens' overlap with q0's span, per head: 1e-6 (head 0) .. 1e-1 (head 31)
+    x = inputs.make("blind_q0", 1, "cpu", seed=2)
+    basis = torch.linalg.qr(x["q0"].double())[0]  # [V, R]
+    overlap = torch.linalg.matrix_norm(x["q"][0].double() @ basis, ord=2)  # [H]
+    assert 1e-7 < float(overlap[0]) < 5e-6 and 0.02 < float(overlap[-1]) < 0.2
+    S = rebuild(*(x[n] for n in inputs.FLUSH_ARGS[:-1]), dtype=torch.float64)
+    tokens = torch.einsum("...rv,...rk->...vk", x["q"].double(), x["u"].double() * x["pcum"].double().exp()[..., None, :])
+    # the decayed old tokens are the larger part (pcum down to -20 leaves the window comparable)
+    assert float((S - tokens).abs().mean() / tokens.abs().mean()) < 1
+

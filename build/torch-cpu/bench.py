@@ -1,4 +1,4 @@
-"""``python -m leapquant.bench``: accuracy of ``run`` on the three SPEC input families and the three
+"""``python -m leapquant.bench``: accuracy of ``run`` on the three SPEC input families and the
 stress families, then the speed of ``flush_inplace`` against the memory floor measured in the same
 process (SPEC sections 5, 9). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
 conless-leapquant-kda-flush.

@@ -3,7 +3,7 @@
 The program rebuilds the fp32 state ``S`` [V, K] from the old checkpoint and the window, runs one
 round of subspace iteration for the new Compensator Tokens, and re-quantizes the residual (SPEC
 section 4). Products run on tensor cores with operands that are exact in 16 bits or split into bf16
-parts (high and low: about 2^-16 relative; optionally three parts: fp32 class).
+parts (high and low: about 2^-16 relative; three parts, as in the subspace basis: fp32 class).
 Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
 """
 
@@ -23,7 +23,12 @@ RANK_PAD = 16  # tl.dot needs every dim >= 16: the R tokens ride in a 16-row blo
 ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
 ROUND_MAGIC_BITS = 0x4B400000
 NUM_WARPS = 8
-SUBSPACE_SPLIT = 2  # bf16 parts per operand in the subspace products (2 or 3)
+# bf16 parts per operand in the token product uk = S^T qv (2 or 3). The basis products
+# a = S^T q0 and b = S qk always take three: the basis moves the residual to first order, and
+# two parts (2^-17) put heads whose residual is small against S (token-dominated or small
+# states, a nearly blind q0) outside the 1.01 bound (NOTES.md item 25); uk's 2^-17 only moves
+# its fp16 rounding, and three parts there cost spills (NOTES.md item 10)
+SUBSPACE_SPLIT = 2
 MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (NOTES.md)
 CTAS_PER_SM = 1  # at ~240 registers per thread, one 8-warp CTA fills an SM's register file
 # Pool calls run on resident CTAs that rank the due programs and share them out: a call with
@@ -60,8 +65,8 @@ def _split3_bf16(x):
 
 @triton.jit
 def _dot_fp32(xh, xm, xl, y, THREE: tl.constexpr, UPCAST: tl.constexpr):
-    # (xh [+ xm] + xl) @ y with y split the same way. Two parts: the terms up to hi*lo, ~2^-16
-    # relative. Three parts: the terms up to hi*lo and mid*mid, ~2^-24 relative (fp32 class).
+    # (xh [+ xm] + xl) @ y with y split the same way. Two parts (xm unused): the terms up to
+    # hi*lo, ~2^-16 relative. Three parts: the terms up to hi*lo and mid*mid, ~2^-24 relative.
     if THREE:
         yh, ym, yl = _split3_bf16(y)
         acc = _mma(xh, yh, None, UPCAST)
@@ -215,23 +220,22 @@ def _flush_program(
     s = _mma(vals_t, kl, s, UPCAST)
 
     # one round of subspace iteration on [N, RANK_PAD] blocks: S stays fp32 for the residual
-    # and meets the tensor cores as a bf16 hi/lo pair
+    # and meets the tensor cores as bf16 parts (three in the basis products, NOTES.md item 25)
     # The iteration is scale-free: run it on S / 2^e with max|S / 2^e| in [1, 2), so that no
     # Gram-Schmidt norm underflows (tiny states) or overflows, and scale u back (exact).
     ex = tl.minimum(tl.maximum(_exponent(tl.max(tl.max(tl.abs(s), axis=1), axis=0)), -126), 126)
-    s_unit = s * _pow2(-ex)
-    if SPLIT3:  # the token basis moves the residual to first order: see NOTES.md
-        sh, sm, sl = _split3_bf16(s_unit)
-    else:
-        sh, sl = _split_bf16(s_unit)
-        sm = sh
+    sh, sm, sl = _split3_bf16(s * _pow2(-ex))
     sht, smt, slt = tl.trans(sh), tl.trans(sm), tl.trans(sl)
     q0p = tl.load(q0 + v[:, None] * NR + r[None, :], mask=live[None, :], other=0.0)  # [V, RP]
     # qk only has to span S^T q0 well (b = S qk spans the same space for any basis of it), so
     # one Gram-Schmidt pass does; qv is the token basis and gets both
-    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, SPLIT3, UPCAST), NR, NORM_MIN, DROP, QK_TWICE)  # [K, RP]
-    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, SPLIT3, UPCAST), NR, NORM_MIN, DROP, True)  # [V, RP]
-    uk = _dot_fp32(sht, smt, slt, qv, SPLIT3, UPCAST) * _pow2(ex)
+    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, True, UPCAST), NR, NORM_MIN, DROP, QK_TWICE)  # [K, RP]
+    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, True, UPCAST), NR, NORM_MIN, DROP, True)  # [V, RP]
+    if SPLIT3:
+        uk = _dot_fp32(sht, smt, slt, qv, True, UPCAST)
+    else:  # hi and mid are the two-part split of S
+        uk = _dot_fp32(sht, sht, smt, qv, False, UPCAST)
+    uk = uk * _pow2(ex)
     # |u_r[k]| <= |S[:, k]| |qv_r| < sqrt(V) 2^(ex+1): below 2^14 the guard cannot fire, and
     # its reduction (one more exchange between warps) is skipped
     if ex > GUARD_FROM_EXP_C:
@@ -279,7 +283,7 @@ def _flush_kernel(
     Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr, Q_ROW: tl.constexpr,
     IN_PLACE: tl.constexpr,  # pool mode: programs from idx, due when hcnt == L, window reset
     UPCAST: tl.constexpr,  # running under TRITON_INTERPRET=1
-    SPLIT3: tl.constexpr,  # subspace products with 3-part bf16 operands (else 2)
+    SPLIT3: tl.constexpr,  # token product uk with 3-part bf16 operands (else 2; a and b: 3)
     PERSISTENT: tl.constexpr,  # a grid of resident CTAs sharing out the due programs
     TILE: tl.constexpr,  # candidates whose flags a CTA reads at once (persistent grid)
     CTAS: tl.constexpr,  # persistent grid size (resident CTAs on the device)

@@ -16,12 +16,19 @@ CHECKPOINT_ARGS = tuple(CHECKPOINT_FIELDS)  # codes, s_k, s_v, u, q
 WINDOW_ARGS = tuple(WINDOW_FIELDS)  # kbuf, ubuf, gbuf, w, pcum
 FLUSH_ARGS = CHECKPOINT_ARGS + WINDOW_ARGS + ("q0",)  # run()'s argument order
 FAMILIES = ("structured", "second_window", "random")  # SPEC section 6
-STRESS_FAMILIES = ("coherent_huge", "tiny_state", "deep_decay")  # edges of the domain
+STRESS_FAMILIES = ("coherent_huge", "tiny_state", "deep_decay", "small_state", "blind_q0")  # edges of the domain
 
 # edge-case heads of the structured family
 RANK1, ZERO, RANK2, TINY, HUGE, RANK1_NOISE, DECAYED, NO_DECAY = range(1, 9)
 HOT_ROW = 5
 NO_DECAY_CHANNELS = 32
+# small_state: head h at 10^(SMALL_STATE_DECADES[0] + h/(H-1) * span), |S| ~ 1e-4 .. 1e-12; blind_q0:
+# the tokens' overlap with q0 at 10^(BLIND_OVERLAP_DECADES[0] + ...), 1e-6 .. 1e-1
+SMALL_STATE_DECADES = (-4.0, -12.0)
+BLIND_OVERLAP_DECADES = (-6.0, -1.0)
+QUIET_WINDOW = 0.01  # small_state: window values against the tokens (a token-dominated state)
+BLIND_RESIDUAL = 0.03  # blind_q0: s_k and window values against the tokens
+BLIND_LOG_GATE = 0.5  # blind_q0: pcum in [-0.5, 0], so the decay leaves the old tokens dominant
 
 
 class _Draw:
@@ -150,8 +157,53 @@ def deep_decay(B: int, device="cpu", seed: int = 0) -> dict:
     return x
 
 
+def _per_head_decades(lo_hi: tuple[float, float], device) -> torch.Tensor:
+    lo, hi = lo_hi
+    return 10.0 ** torch.linspace(lo, hi, H, dtype=torch.float64, device=device).float()
+
+
+def small_state(B: int, device="cpu", seed: int = 0) -> dict:
+    """A token-dominated state (random checkpoint, window values x0.01) scaled per head from
+    |S| ~ 1e-4 (head 0) to ~1e-12 (head 31), log-spaced. Its Compensator Tokens fall through
+    fp16's subnormal range (below 6.1e-5) to zero, and its residual is small against S: both
+    make the per-head ratio sensitive to the precision of the token basis (issue 10)."""
+    x = random(B, device, seed)
+    scale = _per_head_decades(SMALL_STATE_DECADES, x["s_k"].device)
+    x["s_k"] = x["s_k"] * scale[None, :, None]
+    x["u"] = (x["u"].float() * scale[None, :, None, None]).half()
+    x["ubuf"] = (x["ubuf"].float() * (QUIET_WINDOW * scale)[None, :, None, None]).bfloat16()
+    return x
+
+
+def blind_q0(B: int, device="cpu", seed: int = 0) -> dict:
+    """Old tokens that dominate the state (u x4, residual and window x0.03, mild gates) and that q0 nearly
+    misses: q0 ~ N(0,1) on value rows 0..V/2-1 (zero below), each head's token rows orthonormal
+    with a component of norm eps on those rows and the rest on rows V/2..V-1, eps log-spaced
+    per head from 1e-6 (head 0) to 1e-1 (head 31). One round of subspace iteration from such a
+    start finds the tokens only through S S^T q0, so the basis (and the residual) is sensitive
+    to the precision of the products (issue 10)."""
+    x = random(B, device, seed)
+    d = _Draw(device, seed + 3)
+    half = V // 2
+    eps = _per_head_decades(BLIND_OVERLAP_DECADES, d.device)[None, :, None, None]
+    # orthonormal token rows inside each half (QR of Gaussian blocks), mixed by eps
+    seen = torch.linalg.qr(d.normal(B, H, half, R))[0].transpose(-1, -2)  # [B, H, R, V/2]
+    unseen = torch.linalg.qr(d.normal(B, H, V - half, R))[0].transpose(-1, -2)
+    x["q"] = torch.cat([eps * seen, (1 - eps.square()).sqrt() * unseen], -1).half()
+    x["u"] = (4 * x["u"].float()).half()
+    # mild gates (log-gate down to -BLIND_LOG_GATE, not -20): the old tokens stay dominant
+    x["pcum"] = x["pcum"] * (BLIND_LOG_GATE / 20.0)
+    x["s_k"] = BLIND_RESIDUAL * x["s_k"]
+    x["ubuf"] = (BLIND_RESIDUAL * x["ubuf"].float()).bfloat16()
+    q0 = d.normal(V, R)
+    q0[half:] = 0
+    x["q0"] = q0
+    return x
+
+
 BUILDERS = {"structured": structured, "second_window": second_window, "random": random,
-            "coherent_huge": coherent_huge, "tiny_state": tiny_state, "deep_decay": deep_decay}
+            "coherent_huge": coherent_huge, "tiny_state": tiny_state, "deep_decay": deep_decay,
+            "small_state": small_state, "blind_q0": blind_q0}
 
 
 def all_families() -> tuple[str, ...]:
