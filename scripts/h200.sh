@@ -29,8 +29,8 @@ for opt in "$@"; do
                  echo "precision report: exit $?" ;;
   esac
 done
-python3 -m leapquant.bench --kernel gluon --json "$OUT/bench_gluon.json" > "$OUT/bench_gluon.log" 2>&1
-echo "Gluon kernel:"; grep -B1 -A8 "x floor" "$OUT/bench_gluon.log"; grep -A4 "steady state" "$OUT/bench_gluon.log"
-grep -A8 "stress families" "$OUT/bench_gluon.log"
+python3 -m leapquant.bench --kernel triton --json "$OUT/bench_triton.json" > "$OUT/bench_triton.log" 2>&1
+echo "portable kernel:"; grep -B1 -A8 "x floor" "$OUT/bench_triton.log"; grep -A4 "steady state" "$OUT/bench_triton.log"
+grep -A8 "stress families" "$OUT/bench_triton.log"
 echo "default kernel:"
 python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 24

@@ -1,9 +1,10 @@
 """Which flush kernel runs on a device: the choice is made here and nowhere else.
 
-``triton`` (``flush.py``): the portable kernel, for any CUDA GPU and Triton's CPU interpreter.
 ``gluon`` (``flush_gluon.py``): the Hopper kernel, which runs only on sm_90 devices under a
-triton release it was verified with; it is chosen by default there once it is the faster of the
-two (``GLUON_BY_DEFAULT``). ``LEAPQUANT_KERNEL=triton`` or ``=gluon`` forces one. Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
+triton release it was verified with; the default there (``GLUON_BY_DEFAULT``). ``triton``
+(``flush.py``): the portable kernel, everywhere else (other GPUs, other triton releases, Triton's
+CPU interpreter). ``LEAPQUANT_KERNEL=triton`` or ``=gluon`` forces one.
+Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import triton
 
 KERNELS = ("gluon", "triton")
 FORCE_VARIABLE = "LEAPQUANT_KERNEL"
-# On the H200 the Gluon kernel is more accurate (three-part subspace products) but still ~14%
-# slower than the portable one with every program due (BENCHMARKS.md, v11): opt-in until faster.
-GLUON_BY_DEFAULT = False
+# On the H200 only the Gluon kernel passes every input family in both forms at every batch size
+# (the portable one fails small_state at B >= 256), and it is also the faster of the two with
+# every program due (BENCHMARKS.md, 2026-12-01): the default wherever it runs.
+GLUON_BY_DEFAULT = True
 
 
 @functools.lru_cache(maxsize=None)
