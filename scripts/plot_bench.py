@@ -1,7 +1,7 @@
-"""Draw latency vs batch size (leapquant flush, memory floor, plain PyTorch reference) from the
-JSON of ``python -m leapquant.bench --json``.
+"""Draw latency vs batch size (each leapquant kernel, memory floor, plain PyTorch reference) from
+the JSONs of ``python -m leapquant.bench --json`` (one per kernel, from one run).
 
-    python scripts/plot_bench.py bench_results/<run>.json docs/latency.png
+    python scripts/plot_bench.py docs/latency.png bench_results/<run>.json [more.json ...]
 """
 
 import json
@@ -13,13 +13,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def main(src: str, dst: str) -> None:
-    with open(src) as f:
-        data = json.load(f)
-    rows = [r for r in data["rows"] if "flush" in r]
-    B = [r["batch_size"] for r in rows]
+def main(dst: str, *srcs: str) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ax.plot(B, [r["flush"]["median_ms"] for r in rows], "o-", label="leapquant flush_inplace (Triton)")
+    for src in srcs:
+        with open(src) as f:
+            data = json.load(f)
+        rows = [r for r in data["rows"] if "flush" in r]
+        B = [r["batch_size"] for r in rows]
+        kernel = data["env"].get("kernel", "triton")
+        ax.plot(B, [r["flush"]["median_ms"] for r in rows], "o-", label=f"leapquant flush_inplace ({kernel})")
     ax.plot(B, [r["floor_ms"] for r in rows], "k--", label="memory floor (55.1 KB/program at copy bandwidth)")
     ax.plot(B, [r["reference_ms"] for r in rows], "s:", label="plain PyTorch fp32 reference")
     ax.set_xscale("log", base=2)
@@ -36,4 +38,4 @@ def main(src: str, dst: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], *sys.argv[2:])

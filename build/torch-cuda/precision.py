@@ -106,7 +106,7 @@ def write_markdown(path: str, env: dict, records: list[dict]) -> None:
         "",
         f"- date: {env['date']}",
         f"- device: {env['device']}; GPU: {gpu}" + (f" (CUDA {env['cuda']})" if env.get("cuda") else ""),
-        f"- torch {env['torch']}, triton {env['triton']}",
+        f"- torch {env['torch']}, triton {env['triton']}; flush kernel: {env.get('kernel', 'not recorded')}",
         f"- verdict: {sum(r['ok'] for r in records)}/{len(records)} cases pass",
         "",
         f"Ratios are err(run) / err(fp32 reference), err = mean |decode - S| per head with S the exact "
@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     fams = inputs.all_families()
     env = environment(device)
     print(f"leapquant.precision  {env['date']}  device={env.get('gpu', 'cpu')}  torch={env['torch']}  "
-          f"triton={env['triton']}")
+          f"triton={env['triton']}  kernel={env['kernel']}")
     if not on_gpu:
         print(f"no CUDA device: judging the CPU path (the fp32 PyTorch flush) at batch {','.join(map(str, sizes))}")
 

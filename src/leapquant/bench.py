@@ -21,7 +21,7 @@ import torch
 from .kda import L, Pool, flush_inplace, inputs, reference
 from .kda.criterion import FORMS
 from .kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
-from .kda.kernel import FORCE_VARIABLE, KERNELS, choose
+from .kda.kernel import FORCE_VARIABLE, KERNELS
 from .report import accuracy_case, environment, fmt, parse_sizes, pick_device, table, write_json
 
 KERNEL_NAME = "_flush_kernel"
@@ -139,7 +139,6 @@ def main(argv=None) -> int:
     on_gpu = device.type == "cuda"
     sizes = args.batch_sizes or parse_sizes(DEFAULT_SIZES if on_gpu else CPU_SIZES)
     env = environment(device)
-    env["kernel"] = choose(device) if on_gpu else "cpu (PyTorch flush)"
     print(f"leapquant.bench  {env['date']}  device={env.get('gpu', 'cpu')}  torch={env['torch']}  "
           f"triton={env['triton']}  kernel={env['kernel']}")
     timing = on_gpu and not args.skip_timing

@@ -16,7 +16,8 @@ from .kda import criterion, inputs, reference, run
 
 
 def environment(device: torch.device) -> dict:
-    """Date, machine, GPU and library versions, for every JSON the reports write."""
+    """Date, machine, GPU, library versions and the flush kernel that runs (``kernel.choose``),
+    for every JSON the reports write."""
     env = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(),
@@ -34,6 +35,9 @@ def environment(device: torch.device) -> dict:
         p = torch.cuda.get_device_properties(device)
         env.update(gpu=p.name, sm_count=p.multi_processor_count, cuda=torch.version.cuda,
                    capability=f"{p.major}.{p.minor}")
+    from .kda.kernel import choose
+
+    env["kernel"] = choose(device) if device.type == "cuda" else "cpu (PyTorch flush)"
     return env
 
 
