@@ -94,11 +94,19 @@ def _split_bf16(x):
 
 
 @gluon.jit
+def _truncate_bf16(x):
+    # x with its low 16 bits cleared: exactly a bf16 value, no conversion back needed
+    return (x.to(gl.int32, bitcast=True) & -65536).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
 def _split3_bf16(x):
-    hi = x.to(gl.bfloat16)
-    rest = x - hi.to(gl.float32)
-    mid = rest.to(gl.bfloat16)
-    return hi, mid, (rest - mid.to(gl.float32)).to(gl.bfloat16)
+    # x = hi + mid + lo exactly: hi and mid by truncation, lo the rest (at most 8 bits); every
+    # conversion is exact, so the compiler packs them in pairs
+    hi = _truncate_bf16(x)
+    rest = x - hi
+    mid = _truncate_bf16(rest)
+    return hi.to(gl.bfloat16), mid.to(gl.bfloat16), (rest - mid).to(gl.bfloat16)
 
 
 @gluon.jit
@@ -263,18 +271,21 @@ def _prefetch(
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
 ):
     # start copying program (slot, head)'s checkpoint and window into the staging area
-    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
+    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
     prog = slot * NH + head
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))[:, None]
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))[None, :]
     async_copy.async_copy_global_to_shared(st_codes, codes_in + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
     jh = gl.arange(0, NL, layout=gl.SliceLayout(1, HALVES))[:, None]
     nh = gl.arange(0, NK, layout=gl.SliceLayout(0, HALVES))[None, :]
-    # the gates after entry j: rows 1.. of gbuf, then a row of ones
-    g_after = gl.where(jh + 1 < NL, gbuf + prog * (NL * NK) + (jh + 1) * NK + nh, ones + nh)
+    # the window in reversed entry order (row r holds entry j = L-1-r; the sum over entries does
+    # not care), so that D_j is a forward scan: Triton lowers a reverse scan with a shuffle
+    # reversal. Row r of the gates holds the gates after entry j: ones, then gbuf rows L-1 .. 1.
+    j = NL - 1 - jh
+    g_after = gl.where(jh > 0, gbuf + prog * (NL * NK) + (j + 1) * NK + nh, ones + nh)
     async_copy.async_copy_global_to_shared(st_gbuf, g_after)
-    async_copy.async_copy_global_to_shared(st_kbuf, kbuf + prog * (NL * NK) + jh * NK + nh)
-    async_copy.async_copy_global_to_shared(st_ubuf, ubuf + prog * (NL * NV) + jh * NV + nh)
+    async_copy.async_copy_global_to_shared(st_kbuf, kbuf + prog * (NL * NK) + j * NK + nh)
+    async_copy.async_copy_global_to_shared(st_ubuf, ubuf + prog * (NL * NV) + j * NV + nh)
     jr = gl.arange(0, NR, layout=gl.SliceLayout(1, TOKEN_COPY))[:, None]
     nr = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKEN_COPY))[None, :]
     async_copy.async_copy_global_to_shared(st_u.slice(0, NR), u_in + slot * U_SLOT + head * U_HEAD + jr * U_ROW + nr)
@@ -283,7 +294,7 @@ def _prefetch(
     async_copy.async_copy_global_to_shared(st_pcum, pcum + prog * NK + n)
     async_copy.async_copy_global_to_shared(st_sk, sk_in + slot * SK_SLOT + head * SK_HEAD + n)
     async_copy.async_copy_global_to_shared(st_sv, sv_in + slot * SV_SLOT + head * SV_HEAD + n)
-    async_copy.async_copy_global_to_shared(st_w, w + prog * NL + gl.arange(0, NL, layout=WORDS))
+    async_copy.async_copy_global_to_shared(st_w, w + prog * NL + (NL - 1 - gl.arange(0, NL, layout=WORDS)))
     async_copy.commit_group()
 
 
@@ -312,7 +323,7 @@ def _flush_program(
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))
 
     # this program's inputs, staged by _prefetch, into registers; then the next one's copies start
-    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
+    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
     async_copy.wait_group(0)
     gl.thread_barrier()  # every thread's copies have landed; the previous program's products are done
     g_after = st_gbuf.load(WIN)
@@ -322,7 +333,8 @@ def _flush_program(
     u_old = st_u.load(TOKENS)
     q_old = st_q.load(TOKENS)
     codes = st_codes.load(BYTES)
-    pcum_k = st_pcum.load(COLS)
+    # exp once per column, not in each of the 64 threads that hold a column of S
+    decay_s.store(gl.exp(st_pcum.load(WORDS)))
     s_k = st_sk.load(COLS)
     s_v = st_sv.load(ROWS)
     gl.thread_barrier()  # the staging area is free again
@@ -331,10 +343,11 @@ def _flush_program(
                   C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                   Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
 
-    # window: decay of entry j since it was appended, D_j = prod_{i > j} gbuf[i]
-    decay_j = gl.associative_scan(g_after.to(gl.float32), 0, _mul, reverse=True)
+    # window (rows in reversed entry order): decay of entry j since it was appended,
+    # D_j = prod_{i > j} gbuf[i], a forward running product over the rows
+    decay_j = gl.associative_scan(g_after.to(gl.float32), 0, _mul)
     keys_hi, keys_lo = _split_bf16(keys * decay_j * wj[:, None])
-    decay = gl.exp(pcum_k)
+    decay = decay_s.load(COLS)  # written before the barrier above
     gbase = gbuf + prog * (NL * NK)
     keys_s.slice(0, NL).store(keys_hi)
     keys_s.slice(NL, NL).store(keys_lo)
@@ -483,7 +496,8 @@ def _flush_kernel(
              gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN),
              gl.allocate_shared_memory(gl.bfloat16, [NL, NV], PLAIN), st_u, st_q,
              gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
-             gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], PLAIN1))
+             gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], PLAIN1),
+             gl.allocate_shared_memory(gl.float32, [NK], PLAIN1))  # not staged: exp(pcum) per column
 
     if IN_PLACE:
         # every CTA reads all due flags, ranks the due programs in candidate order and takes
