@@ -413,6 +413,9 @@ def _flush_program(
     q_new = _stack4(rows16, 0, p0, p1, p2, p3).to(gl.float16)
     tok_u_s.store(u_new)
     tok_q_s.store(-q_new)
+    if ex < SMALL_BELOW_EXP:  # the unrounded tokens, for a second rounding below
+        gl.thread_barrier()  # every warp has read the last thin product from thin_s
+        thin_s.store(_stack4(_stack4(gl.zeros([THIN, NK], gl.float32, BASIS), 0, u0, u1, u2, u3), 4, p0, p1, p2, p3))
     fence_async_shared()
     gl.thread_barrier()
     e = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, s)
@@ -426,7 +429,7 @@ def _flush_program(
         # the residual's quantization noise by about a percent per head. Try a second rounding
         # with powers of two moved from q_r to u_r (exact for q^T u) and keep the checkpoint
         # whose decoded state is closer to S.
-        _second_rounding(e, x, s_k_new, s_v_new, u_new, q_new, u0, u1, u2, u3, p0, p1, p2, p3, tok_u_s, tok_q_s,
+        _second_rounding(e, x, s_k_new, s_v_new, u_new, q_new, thin_s, tok_u_s, tok_q_s,
                          slot, head, codes_out, sk_out, sv_out, u_out, q_out,
                          C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                          Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
@@ -490,7 +493,7 @@ def _placed(u, q):
 
 
 @gluon.jit
-def _second_rounding(e, x, s_k, s_v, u_a, q_a, u0, u1, u2, u3, p0, p1, p2, p3, tok_u_s, tok_q_s,
+def _second_rounding(e, x, s_k, s_v, u_a, q_a, tokens_s, tok_u_s, tok_q_s,
                      slot, head, codes_out, sk_out, sv_out, u_out, q_out,
                      C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
                      SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
@@ -502,10 +505,11 @@ def _second_rounding(e, x, s_k, s_v, u_a, q_a, u0, u1, u2, u3, p0, p1, p2, p3, t
     # with its codes round(x) and scales s_k, s_v
     err_a = _decode_error(e, x, s_k, s_v, QM, MAGIC)
     # the second rounding: each token's powers of two placed so both factors stay normal longer
-    v0, w0 = _placed(u0, p0)
-    v1, w1 = _placed(u1, p1)
-    v2, w2 = _placed(u2, p2)
-    v3, w3 = _placed(u3, p3)
+    t = tokens_s.load(BASIS)  # rows u_0..u_3, q_0..q_3 before rounding
+    v0, w0 = _placed(_row(t, 0), _row(t, 4))
+    v1, w1 = _placed(_row(t, 1), _row(t, 5))
+    v2, w2 = _placed(_row(t, 2), _row(t, 6))
+    v3, w3 = _placed(_row(t, 3), _row(t, 7))
     rows16 = gl.zeros([16, NK], gl.float32, TOKEN_ROWS)
     u_b = _stack4(rows16, 0, v0, v1, v2, v3).to(gl.float16)
     q_b = _stack4(rows16, 0, w0, w1, w2, w3).to(gl.float16)
