@@ -429,7 +429,7 @@ def _flush_program(
         # the residual's quantization noise by about a percent per head. Try a second rounding
         # with powers of two moved from q_r to u_r (exact for q^T u) and keep the checkpoint
         # whose decoded state is closer to S.
-        _second_rounding(e, x, s_k_new, s_v_new, u_new, q_new, thin_s, tok_u_s, tok_q_s,
+        _second_rounding(ex, thin_s, s_parts, tok_u_s, tok_q_s,
                          slot, head, codes_out, sk_out, sv_out, u_out, q_out,
                          C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                          Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
@@ -493,7 +493,7 @@ def _placed(u, q):
 
 
 @gluon.jit
-def _second_rounding(e, x, s_k, s_v, u_a, q_a, tokens_s, tok_u_s, tok_q_s,
+def _second_rounding(ex, tokens_s, s_parts, tok_u_s, tok_q_s,
                      slot, head, codes_out, sk_out, sv_out, u_out, q_out,
                      C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
                      SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
@@ -501,8 +501,12 @@ def _second_rounding(e, x, s_k, s_v, u_a, q_a, tokens_s, tok_u_s, tok_q_s,
                      Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
                      NV: gl.constexpr, NK: gl.constexpr, NR: gl.constexpr, QM: gl.constexpr,
                      SCALE_MIN: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr):
-    # e: the residual against the first tokens (u_a, q_a, fp16 rows 0..R-1), already stored
-    # with its codes round(x) and scales s_k, s_v
+    # S again, exactly, from its three bf16 parts in shared memory (S / 2^ex = hi + mid + lo)
+    s = (s_parts.index(0).load(ACC).to(gl.float32) + s_parts.index(1).load(ACC).to(gl.float32)
+         + s_parts.index(2).load(ACC).to(gl.float32)) * _pow2(ex)
+    # the first rounding's error (its tokens are still in shared memory)
+    e = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, s)
+    codes, s_k, s_v, x = _quantize_residual(e, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
     err_a = _decode_error(e, x, s_k, s_v, QM, MAGIC)
     # the second rounding: each token's powers of two placed so both factors stay normal longer
     t = tokens_s.load(BASIS)  # rows u_0..u_3, q_0..q_3 before rounding
@@ -513,16 +517,12 @@ def _second_rounding(e, x, s_k, s_v, u_a, q_a, tokens_s, tok_u_s, tok_q_s,
     rows16 = gl.zeros([16, NK], gl.float32, TOKEN_ROWS)
     u_b = _stack4(rows16, 0, v0, v1, v2, v3).to(gl.float16)
     q_b = _stack4(rows16, 0, w0, w1, w2, w3).to(gl.float16)
-    # e + q_a^T u_a - q_b^T u_b in one product: rows 0..3 give back the first tokens, rows 4..7
-    # take the second (disjoint rows: the sums below are exact)
-    u_swap = u_a + _stack4(rows16, 4, v0, v1, v2, v3).to(gl.float16)
-    q_swap = q_a - _stack4(rows16, 4, w0, w1, w2, w3).to(gl.float16)
     gl.thread_barrier()  # both warpgroups are done with the first tokens
-    tok_u_s.store(u_swap)
-    tok_q_s.store(q_swap)
+    tok_u_s.store(u_b)
+    tok_q_s.store(-q_b)
     fence_async_shared()
     gl.thread_barrier()
-    e = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, e)
+    e = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, s)
     codes, s_k, s_v, x = _quantize_residual(e, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
     if _decode_error(e, x, s_k, s_v, QM, MAGIC) < err_a:
         _store_checkpoint(codes, s_k, s_v, u_b, q_b, slot, head, codes_out, sk_out, sv_out, u_out, q_out,
