@@ -414,7 +414,6 @@ def _flush_program(
     tok_u_s.store(u_new)
     tok_q_s.store(-q_new)
     if ex < SMALL_BELOW_EXP:  # the unrounded tokens, for a second rounding below
-        gl.thread_barrier()  # every warp has read the last thin product from thin_s
         thin_s.store(_stack4(_stack4(gl.zeros([THIN, NK], gl.float32, BASIS), 0, u0, u1, u2, u3), 4, p0, p1, p2, p3))
     fence_async_shared()
     gl.thread_barrier()
