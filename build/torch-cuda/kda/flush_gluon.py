@@ -25,13 +25,11 @@ from triton.experimental.gluon.language.nvidia.hopper import async_copy, fence_a
 
 from . import flush as portable
 from .flush import ROUND_MAGIC, ROUND_MAGIC_BITS, _resident_ctas, _strides, pick_words
-from .geometry import (DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR, QMAX, R, SMALL_STATE_EXP,
-                       TOKEN_LIMIT, V)
+from .geometry import DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
 
 VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API this module was compiled and run with
 NUM_WARPS = 8  # two warpgroups: each holds 64 rows of S
 THIN = gl.constexpr(16)  # thin products: the hi, mid and lo parts of a [N, R] operand side by side (N >= 16)
-SMALL_BELOW_EXP = gl.constexpr(SMALL_STATE_EXP)  # geometry.SMALL_STATE_EXP, as a jit global
 PARTS = gl.constexpr(3)  # bf16 parts of each fp32 operand in the subspace products: ~2^-24 relative
 # Cholesky QR keeps |Q^T Q - I| ~ eps64 cond^2; a pivot below this fraction of its column
 # (cond above ~1e4) gets a second pass so the basis stays orthonormal to fp32 accuracy
@@ -96,19 +94,12 @@ def _split_bf16(x):
 
 
 @gluon.jit
-def _truncate_bf16(x):
-    # x with its low 16 bits cleared: exactly a bf16 value, no conversion back needed
-    return (x.to(gl.int32, bitcast=True) & -65536).to(gl.float32, bitcast=True)
-
-
-@gluon.jit
 def _split3_bf16(x):
-    # x = hi + mid + lo exactly: hi and mid by truncation, lo the rest (at most 8 bits); every
-    # conversion is exact, so the compiler packs them in pairs
-    hi = _truncate_bf16(x)
-    rest = x - hi
-    mid = _truncate_bf16(rest)
-    return hi.to(gl.bfloat16), mid.to(gl.bfloat16), (rest - mid).to(gl.bfloat16)
+    # x = hi + mid + lo, each the bf16 rounding of what the earlier parts leave
+    hi = x.to(gl.bfloat16)
+    rest = x - hi.to(gl.float32)
+    mid = rest.to(gl.bfloat16)
+    return hi, mid, (rest - mid.to(gl.float32)).to(gl.bfloat16)
 
 
 @gluon.jit
@@ -413,120 +404,34 @@ def _flush_program(
     q_new = _stack4(rows16, 0, p0, p1, p2, p3).to(gl.float16)
     tok_u_s.store(u_new)
     tok_q_s.store(-q_new)
-    if ex < SMALL_BELOW_EXP:  # the unrounded tokens, for a second rounding below
-        thin_s.store(_stack4(_stack4(gl.zeros([THIN, NK], gl.float32, BASIS), 0, u0, u1, u2, u3), 4, p0, p1, p2, p3))
     fence_async_shared()
     gl.thread_barrier()
     e = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, s)
-    codes_new, s_k_new, s_v_new, x = _quantize_residual(e, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
-    _store_checkpoint(codes_new, s_k_new, s_v_new, u_new, q_new, slot, head,
-                      codes_out, sk_out, sv_out, u_out, q_out,
-                      C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                      Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR)
-    if ex < SMALL_BELOW_EXP:
-        # A small state: its tokens' fp16 rounding (u_r near or below the subnormal range) moves
-        # the residual's quantization noise by about a percent per head. Try a second rounding
-        # with powers of two moved from q_r to u_r (exact for q^T u) and keep the checkpoint
-        # whose decoded state is closer to S.
-        _second_rounding(ex, thin_s, s_parts, tok_u_s, tok_q_s,
-                         slot, head, codes_out, sk_out, sv_out, u_out, q_out,
-                         C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                         Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
+
+    # smoothing scales; the fast sqrt is within 1 ulp, and the codes use the stored scales
+    ae = gl.abs(e)
+    mean_k = gl.sum(ae, axis=0) * (1.0 / NV)
+    s_k_new = gl.maximum(gl.sqrt(mean_k), SCALE_MIN)
+    inv_k = gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN)  # each thread has 32 columns: no divisions
+    s_v_new = gl.maximum(gl.max(ae * inv_k[None, :], axis=1), SCALE_MIN)
+    x = e * inv_k[None, :] * (QM / s_v_new)[:, None]
+    x = gl.minimum(gl.maximum(x, -QM), QM)
+    # codes: round half to even through the fp32 mantissa; the low byte is the int8 code
+    codes_new = ((x + MAGIC).to(gl.int32, bitcast=True) - MAGIC_BITS).to(gl.int8)
+
+    gl.store(codes_out + slot * C_SLOT + head * C_HEAD + vb[:, None] * NK + kb[None, :],
+             gl.convert_layout(codes_new, BYTES))
+    gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + k, s_k_new)
+    gl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + v, s_v_new)
+    jn = gl.arange(0, 16, layout=gl.SliceLayout(1, TOKEN_ROWS))[:, None]
+    nn = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKEN_ROWS))[None, :]
+    gl.store(u_out + slot * U_SLOT + head * U_HEAD + jn * U_ROW + nn, u_new, mask=jn < NR)
+    gl.store(q_out + slot * Q_SLOT + head * Q_HEAD + jn * Q_ROW + nn, q_new, mask=jn < NR)
     if IN_PLACE:
         # every window load above has landed in registers before these stores issue
         gl.store(w + prog * NL + jw, gl.zeros([NL], gl.float32, gl.SliceLayout(1, WIN)))
         gl.store(gbase + jw[:, None] * NK + kw[None, :], gl.full([NL, NK], 1.0, gl.float16, WIN))
         gl.store(pcum + prog * NK + k, gl.zeros([NK], gl.float32, COLS))
-
-
-@gluon.jit
-def _quantize_residual(e, QM: gl.constexpr, SCALE_MIN: gl.constexpr, MAGIC: gl.constexpr,
-                       MAGIC_BITS: gl.constexpr):
-    # smoothing scales and codes of the residual e [V, K]; returns codes, s_k, s_v and the
-    # clamped scaled residual x (codes = round(x)). The fast sqrt is within 1 ulp, and the
-    # codes use the stored scales, so the decoded state does not see it.
-    ae = gl.abs(e)
-    mean_k = gl.sum(ae, axis=0) * (1.0 / e.shape[0])
-    s_k = gl.maximum(gl.sqrt(mean_k), SCALE_MIN)
-    inv_k = gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN)  # each thread has 32 columns: no divisions
-    s_v = gl.maximum(gl.max(ae * inv_k[None, :], axis=1), SCALE_MIN)
-    x = e * inv_k[None, :] * (QM / s_v)[:, None]
-    x = gl.minimum(gl.maximum(x, -QM), QM)
-    # round half to even through the fp32 mantissa; the low byte is the int8 code
-    codes = ((x + MAGIC).to(gl.int32, bitcast=True) - MAGIC_BITS).to(gl.int8)
-    return codes, s_k, s_v, x
-
-
-@gluon.jit
-def _decode_error(e, x, s_k, s_v, QM: gl.constexpr, MAGIC: gl.constexpr):
-    # sum |decoded residual - e| over the head, with the codes round(x)
-    codes = (x + MAGIC) - MAGIC
-    err = gl.abs(codes * (s_v * (1.0 / QM))[:, None] * s_k[None, :] - e)
-    return gl.sum(gl.sum(err, axis=1), axis=0)
-
-
-@gluon.jit
-def _store_checkpoint(codes, s_k, s_v, u_new, q_new, slot, head, codes_out, sk_out, sv_out, u_out, q_out,
-                      C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
-                      SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
-                      U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
-                      Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
-                      NV: gl.constexpr, NK: gl.constexpr, NR: gl.constexpr):
-    vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))
-    kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))
-    gl.store(codes_out + slot * C_SLOT + head * C_HEAD + vb[:, None] * NK + kb[None, :], gl.convert_layout(codes, BYTES))
-    gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + gl.arange(0, NK, layout=COLS), s_k)
-    gl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + gl.arange(0, NV, layout=ROWS), s_v)
-    jn = gl.arange(0, 16, layout=gl.SliceLayout(1, TOKEN_ROWS))[:, None]
-    nn = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKEN_ROWS))[None, :]
-    gl.store(u_out + slot * U_SLOT + head * U_HEAD + jn * U_ROW + nn, u_new, mask=jn < NR)
-    gl.store(q_out + slot * Q_SLOT + head * Q_HEAD + jn * Q_ROW + nn, q_new, mask=jn < NR)
-
-
-@gluon.jit
-def _placed(u, q):
-    # u_r * 2^e, q_r / 2^e with e that brings max|u_r| up to about max|q_r| (0 if it is not below)
-    d = _exponent(gl.max(gl.abs(q), axis=0)) - _exponent(gl.max(gl.abs(u), axis=0))
-    e = gl.where(d > 0, d // 2, 0)
-    return u * _pow2(e), q * _pow2(-e)
-
-
-@gluon.jit
-def _second_rounding(ex, tokens_s, s_parts, tok_u_s, tok_q_s,
-                     slot, head, codes_out, sk_out, sv_out, u_out, q_out,
-                     C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
-                     SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
-                     U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
-                     Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
-                     NV: gl.constexpr, NK: gl.constexpr, NR: gl.constexpr, QM: gl.constexpr,
-                     SCALE_MIN: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr):
-    # S again, exactly, from its three bf16 parts in shared memory (S / 2^ex = hi + mid + lo)
-    s = (s_parts.index(0).load(ACC).to(gl.float32) + s_parts.index(1).load(ACC).to(gl.float32)
-         + s_parts.index(2).load(ACC).to(gl.float32)) * _pow2(ex)
-    # the first rounding's error (its tokens are still in shared memory)
-    e = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, s)
-    codes, s_k, s_v, x = _quantize_residual(e, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
-    err_a = _decode_error(e, x, s_k, s_v, QM, MAGIC)
-    # the second rounding: each token's powers of two placed so both factors stay normal longer
-    t = tokens_s.load(BASIS)  # rows u_0..u_3, q_0..q_3 before rounding
-    v0, w0 = _placed(_row(t, 0), _row(t, 4))
-    v1, w1 = _placed(_row(t, 1), _row(t, 5))
-    v2, w2 = _placed(_row(t, 2), _row(t, 6))
-    v3, w3 = _placed(_row(t, 3), _row(t, 7))
-    rows16 = gl.zeros([16, NK], gl.float32, TOKEN_ROWS)
-    u_b = _stack4(rows16, 0, v0, v1, v2, v3).to(gl.float16)
-    q_b = _stack4(rows16, 0, w0, w1, w2, w3).to(gl.float16)
-    gl.thread_barrier()  # both warpgroups are done with the first tokens
-    tok_u_s.store(u_b)
-    tok_q_s.store(-q_b)
-    fence_async_shared()
-    gl.thread_barrier()
-    e = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, s)
-    codes, s_k, s_v, x = _quantize_residual(e, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
-    if _decode_error(e, x, s_k, s_v, QM, MAGIC) < err_a:
-        _store_checkpoint(codes, s_k, s_v, u_b, q_b, slot, head, codes_out, sk_out, sv_out, u_out, q_out,
-                          C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                          Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR)
 
 
 @gluon.jit

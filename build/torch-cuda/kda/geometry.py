@@ -21,9 +21,6 @@ TOKEN_LIMIT = 2.0**14  # max|u_r| above this moves powers of two from u_r to q_r
 # max|S| < 2^(e+1) bounds every |u_r| by sqrt(V) 2^(e+1): the largest e that keeps this bound
 # under TOKEN_LIMIT (9: 11585 < 16384); above it the overflow guard runs
 GUARD_FROM_EXP = math.floor(math.log2(TOKEN_LIMIT / math.sqrt(V))) - 1
-# max|S| below 2^SMALL_STATE_EXP: the Gluon kernel also tries a second fp16 rounding of the tokens
-# (powers of two moved from q_r to u_r) and keeps the checkpoint that decodes closer to S
-SMALL_STATE_EXP = -8
 
 # Pool layout (SPEC section 7), in fp32 words unless the name says bytes.
 POOL_OFFSET_WORDS = 12288  # OFF: words before slot 0
