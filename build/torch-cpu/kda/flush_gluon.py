@@ -3,10 +3,11 @@
 The same phases as the portable Triton kernel (``flush.py``), with the layouts chosen by hand:
 ``S`` [V, K] lives in the wgmma accumulator of two warpgroups (64 fp32 registers per thread);
 the rebuild and the residual are wgmma products whose small operands (window, tokens) sit in
-shared memory; the subspace products read ``S`` once stored in shared memory as a bf16 hi/lo
-pair (the transposed products through the operand descriptor, no register copies); the
-orthonormal bases come from a Cholesky QR whose 4 x 4 Gram matrix is summed in fp64, so a basis
-costs one reduction instead of one per Gram-Schmidt step.
+shared memory; the subspace products read ``S`` once stored in shared memory as three bf16 parts
+(the transposed products through the operand descriptor, no register copies); the orthonormal
+bases come from a Cholesky QR whose 4 x 4 Gram matrix is summed in fp64, so a basis costs one
+reduction instead of one per Gram-Schmidt step; the next program's inputs are copied into a
+staging area (cp.async) while the current one computes.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
@@ -37,11 +38,11 @@ SECOND_PASS_BELOW = 1e-8
 
 # S [V, K] fp32 across 8 warps: each warpgroup holds 64 rows (wgmma m64n128)
 ACC = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]))
-# thin products [N, THIN]: S^T x or S x for the R columns of x, hi and lo halves
+# thin products [N, THIN]: S^T x or S x for the R columns of x, its hi, mid and lo parts side by side
 ACC_THIN = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, THIN, 16]))
 ROWS = gl.constexpr(gl.SliceLayout(1, ACC))  # a [V] vector along S's rows
 COLS = gl.constexpr(gl.SliceLayout(0, ACC))  # a [K] vector along S's columns
-# the rows (x_hi^T; x_lo^T) of a thin operand [THIN, N], and its columns [N] as vectors: each
+# the rows (x_hi^T; x_mid^T; x_lo^T; 0) of a thin operand [THIN, N], and its columns [N] as vectors: each
 # warp holds a whole basis (replicated over the 8 warps), so Gram sums stay inside a warp
 BASIS = gl.constexpr(gl.BlockedLayout([THIN, 4], [1, 32], [1, 8], [1, 0]))
 VEC = gl.constexpr(gl.SliceLayout(0, BASIS))
@@ -61,7 +62,6 @@ HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [8, 1], [1, 0]))  # [16,
 TOKEN_COPY = gl.constexpr(gl.BlockedLayout([1, 2], [1, 32], [4, 2], [1, 0]))  # [R, N] fp16 tokens
 WORDS = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))  # [N] fp32
 OPERAND = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
-
 
 
 @gluon.jit
@@ -254,6 +254,15 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
 
 
 @gluon.jit
+def _guard_overflow(u, q, LIMIT: gl.constexpr):
+    # The checkpoint stores only q^T u: where fp16 u_r would overflow, a power of two moves from
+    # u_r to q_r (exact for q^T u)
+    mu = gl.max(gl.abs(u), axis=0)
+    e = gl.where(mu > LIMIT, _exponent(mu / LIMIT) + 1, 0)
+    return u * _pow2(-e), q * _pow2(e)
+
+
+@gluon.jit
 def _prefetch(
     slot, head, stage,
     codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
@@ -387,16 +396,10 @@ def _flush_program(
     u3 = u3 * scale
     # |u_r[k]| <= |S[:, k]| |qv_r| < sqrt(V) 2^(ex+1): below 2^14 the guard cannot fire
     if ex > GUARD_FROM_EXP:
-        # the checkpoint stores only q^T u: where fp16 u_r would overflow, a power of two moves
-        # from u_r to q_r (exact for q^T u)
-        e0 = gl.where(gl.max(gl.abs(u0), axis=0) > U_LIMIT, _exponent(gl.max(gl.abs(u0), axis=0) / U_LIMIT) + 1, 0)
-        e1 = gl.where(gl.max(gl.abs(u1), axis=0) > U_LIMIT, _exponent(gl.max(gl.abs(u1), axis=0) / U_LIMIT) + 1, 0)
-        e2 = gl.where(gl.max(gl.abs(u2), axis=0) > U_LIMIT, _exponent(gl.max(gl.abs(u2), axis=0) / U_LIMIT) + 1, 0)
-        e3 = gl.where(gl.max(gl.abs(u3), axis=0) > U_LIMIT, _exponent(gl.max(gl.abs(u3), axis=0) / U_LIMIT) + 1, 0)
-        u0, p0 = u0 * _pow2(-e0), p0 * _pow2(e0)
-        u1, p1 = u1 * _pow2(-e1), p1 * _pow2(e1)
-        u2, p2 = u2 * _pow2(-e2), p2 * _pow2(e2)
-        u3, p3 = u3 * _pow2(-e3), p3 * _pow2(e3)
+        u0, p0 = _guard_overflow(u0, p0, U_LIMIT)
+        u1, p1 = _guard_overflow(u1, p1, U_LIMIT)
+        u2, p2 = _guard_overflow(u2, p2, U_LIMIT)
+        u3, p3 = _guard_overflow(u3, p3, U_LIMIT)
 
     # residual against the rounded tokens: fp16 x fp16 products are exact in fp32
     rows16 = gl.zeros([16, NK], gl.float32, TOKEN_ROWS)

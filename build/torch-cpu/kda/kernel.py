@@ -23,17 +23,22 @@ FORCE_VARIABLE = "LEAPQUANT_KERNEL"
 GLUON_BY_DEFAULT = True
 
 
+def _gluon_module():
+    try:
+        from . import flush_gluon
+    except Exception:  # a triton without Gluon, or whose Gluon API the module does not fit
+        return None
+    return flush_gluon
+
+
 @functools.lru_cache(maxsize=None)
 def _gluon_runs_on(device: torch.device) -> bool:
     if device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return False
     if torch.cuda.get_device_capability(device) != (9, 0):
         return False
-    try:
-        from . import flush_gluon
-    except Exception:  # a triton without Gluon, or whose Gluon API the module does not fit
-        return False
-    return triton.__version__ in flush_gluon.VERIFIED_TRITON
+    gluon = _gluon_module()
+    return gluon is not None and triton.__version__ in gluon.VERIFIED_TRITON
 
 
 def choose(device) -> str:
@@ -49,19 +54,13 @@ def choose(device) -> str:
     if forced and forced not in KERNELS:
         raise ValueError(f"{FORCE_VARIABLE}={forced!r}: expected one of {KERNELS}")
     if forced == "gluon" and not _gluon_runs_on(device):
+        gluon = _gluon_module()
+        verified = gluon.VERIFIED_TRITON if gluon is not None else ()
         raise ValueError(f"{FORCE_VARIABLE}=gluon, but the Gluon kernel needs an sm_90 device and triton "
-                         f"{_verified()} (have {device}, triton {triton.__version__})")
+                         f"{verified} (have {device}, triton {triton.__version__})")
     if forced:
         return forced
     return "gluon" if GLUON_BY_DEFAULT and _gluon_runs_on(device) else "triton"
-
-
-def _verified() -> tuple:
-    try:
-        from .flush_gluon import VERIFIED_TRITON
-    except Exception:
-        return ()
-    return VERIFIED_TRITON
 
 
 def module(name: str):
