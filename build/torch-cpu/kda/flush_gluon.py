@@ -22,7 +22,8 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import async_copy, fence_async_shared, warpgroup_mma
+from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, warpgroup_mma,
+                                                                 warpgroup_mma_wait)
 
 from . import flush as portable
 from .flush import ROUND_MAGIC, ROUND_MAGIC_BITS, _resident_ctas, _strides, pick_words
@@ -52,7 +53,8 @@ WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 8], [0, 1]))
 # codes [V, K] int8 in 16-byte rows per thread (coalesced loads and stores)
 BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0]))
 TOKENS = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [8, 1], [1, 0]))  # [16, N] token block
-FLAGS = gl.constexpr(gl.BlockedLayout([1, 1], [1, 32], [8, 1], [1, 0]))  # [slots, H] due flags
+# [slots, H] due flags: a warp reads whole 128-byte rows (16 bytes a thread), four slots a load
+FLAGS = gl.constexpr(gl.BlockedLayout([1, 4], [4, 8], [8, 1], [1, 0]))
 SLOT_LIST = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))  # [slots] due counts
 PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
 PLAIN1 = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
@@ -115,11 +117,12 @@ def _thin_product(s_parts, x_s, thin_s, TRANSPOSE: gl.constexpr, NN: gl.constexp
     # per part of S gives S x_hi, S x_mid and S x_lo side by side. Returns the R columns of the
     # result as [N] fp32 vectors in VEC.
     acc = gl.zeros([NN, THIN], gl.float32, ACC_THIN)
-    for part in gl.static_range(PARTS):
+    for part in gl.static_range(PARTS):  # issued back to back: one wait for the three
         if TRANSPOSE:
-            acc = warpgroup_mma(s_parts.index(part).permute((1, 0)), x_s.permute((1, 0)), acc)
+            acc = warpgroup_mma(s_parts.index(part).permute((1, 0)), x_s.permute((1, 0)), acc, is_async=True)
         else:
-            acc = warpgroup_mma(s_parts.index(part), x_s.permute((1, 0)), acc)
+            acc = warpgroup_mma(s_parts.index(part), x_s.permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[acc])
     gl.thread_barrier()  # every warp is done reading the last product's columns
     thin_s.permute((1, 0)).store(acc)
     gl.thread_barrier()
@@ -318,7 +321,6 @@ def _flush_program(
 ):
     prog = slot * NH + head
     v = gl.arange(0, NV, layout=ROWS)
-    k = gl.arange(0, NK, layout=COLS)
     jw = gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))
     kw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))
@@ -361,10 +363,13 @@ def _flush_program(
     gl.thread_barrier()
 
     # rebuild: fp16 x fp16 products are exact in fp32, so the token part needs no split
-    s = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, gl.zeros([NV, NK], gl.float32, ACC))
+    # (the codes are dequantized while the token product runs)
+    s = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, gl.zeros([NV, NK], gl.float32, ACC), is_async=True)
     # int8 -> fp32 through the fp32 mantissa (integer add, float subtract): exact
     codes_f = (gl.convert_layout(codes, ACC).to(gl.int32) + MAGIC_BITS).to(gl.float32, bitcast=True) - MAGIC
-    s = (codes_f * (s_v * (1.0 / QM))[:, None] * s_k[None, :] + s) * decay[None, :]
+    row_scaled = codes_f * (s_v * (1.0 / QM))[:, None]
+    s = warpgroup_mma_wait(0, deps=[s])
+    s = (row_scaled * s_k[None, :] + s) * decay[None, :]
     # window keys as a bf16 hi/lo pair stacked along the reduction: one K = 2L product
     s = warpgroup_mma(win_s.permute((1, 0)), keys_s, s)
 
@@ -412,19 +417,20 @@ def _flush_program(
     e = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, s)
 
     # smoothing scales; the fast sqrt is within 1 ulp, and the codes use the stored scales
-    ae = gl.abs(e)
-    mean_k = gl.sum(ae, axis=0) * (1.0 / NV)
+    # per column once (one thread each), not in the 64 threads that hold a column of E
+    mean_k = gl.convert_layout(gl.sum(gl.abs(e), axis=0) * (1.0 / NV), WORDS)
     s_k_new = gl.maximum(gl.sqrt(mean_k), SCALE_MIN)
-    inv_k = gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN)  # each thread has 32 columns: no divisions
-    s_v_new = gl.maximum(gl.max(ae * inv_k[None, :], axis=1), SCALE_MIN)
-    x = e * inv_k[None, :] * (QM / s_v_new)[:, None]
-    x = gl.minimum(gl.maximum(x, -QM), QM)
+    inv_k = gl.convert_layout(gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN), COLS)  # no divisions
+    e = e * inv_k[None, :]  # |E| / s_k, the row scale's argument
+    s_v_new = gl.maximum(gl.max(gl.abs(e), axis=1), SCALE_MIN)
+    # no clamp: |e| <= s_v_new on every row, so |x| <= QM (1 + 2^-23), which rounds to QM
+    x = e * (QM / s_v_new)[:, None]
     # codes: round half to even through the fp32 mantissa; the low byte is the int8 code
     codes_new = ((x + MAGIC).to(gl.int32, bitcast=True) - MAGIC_BITS).to(gl.int8)
 
     gl.store(codes_out + slot * C_SLOT + head * C_HEAD + vb[:, None] * NK + kb[None, :],
              gl.convert_layout(codes_new, BYTES))
-    gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + k, s_k_new)
+    gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + gl.arange(0, NK, layout=WORDS), s_k_new)
     gl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + v, s_v_new)
     jn = gl.arange(0, 16, layout=gl.SliceLayout(1, TOKEN_ROWS))[:, None]
     nn = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKEN_ROWS))[None, :]
@@ -434,7 +440,7 @@ def _flush_program(
         # every window load above has landed in registers before these stores issue
         gl.store(w + prog * NL + jw, gl.zeros([NL], gl.float32, gl.SliceLayout(1, WIN)))
         gl.store(gbase + jw[:, None] * NK + kw[None, :], gl.full([NL, NK], 1.0, gl.float16, WIN))
-        gl.store(pcum + prog * NK + k, gl.zeros([NK], gl.float32, COLS))
+        gl.store(pcum + prog * NK + gl.arange(0, NK, layout=WORDS), gl.zeros([NK], gl.float32, WORDS))
 
 
 @gluon.jit
@@ -506,14 +512,16 @@ def _flush_kernel(
             slots = gl.load(idx + first + row, mask=first + row < num_programs // NH, other=0)
             alive = (slots > 0)[:, None]
             fill = gl.load(hcnt + slots.to(gl.int64)[:, None] * NH + hd[None, :], mask=alive, other=0)
-            due = (alive & (fill == NL)).to(gl.int32)
+            due = (fill == NL).to(gl.int32)  # masked loads read 0
             per_slot = gl.sum(due, axis=1)
-            # Triton scans only blocked layouts: the slot totals go through one for the prefix
-            flat = gl.convert_layout(per_slot, SLOT_LIST)
-            before = gl.convert_layout(gl.associative_scan(flat, 0, _add) - flat, gl.SliceLayout(1, FLAGS))
-            rank = count + before[:, None] + gl.associative_scan(due, 1, _add) - 1
-            gl.store(mine + rank // G, slots[:, None] * NH + hd[None, :], mask=(due != 0) & (rank % G == pid))
-            count += gl.sum(per_slot, axis=0)
+            found = gl.sum(per_slot, axis=0)
+            if found > 0:  # the rank scan only where something is due
+                # Triton scans only blocked layouts: the slot totals go through one for the prefix
+                flat = gl.convert_layout(per_slot, SLOT_LIST)
+                before = gl.convert_layout(gl.associative_scan(flat, 0, _add) - flat, gl.SliceLayout(1, FLAGS))
+                rank = count + before[:, None] + gl.associative_scan(due, 1, _add) - 1
+                gl.store(mine + rank // G, slots[:, None] * NH + hd[None, :], mask=(due != 0) & (rank % G == pid))
+            count += found
         gl.thread_barrier()  # the picks are written by other threads of this CTA
         fence_async_shared()
         n = gl.cdiv(count - pid, G)

@@ -327,11 +327,13 @@ def _flush_kernel(
         slots = tl.load(idx + first + row, mask=first + row < num_programs // NH, other=0)
         live = (slots > 0)[:, None]
         fill = tl.load(hcnt + slots.to(tl.int64)[:, None] * NH + head[None, :], mask=live, other=0)
-        due = live & (fill == NL)
+        due = fill == NL  # masked loads read 0
         per_slot = tl.sum(due.to(tl.int32), axis=1)
-        rank = count + (tl.cumsum(per_slot, axis=0) - per_slot)[:, None] + tl.cumsum(due.to(tl.int32), axis=1) - 1
-        tl.store(mine + rank // G, slots[:, None] * NH + head[None, :], mask=due & (rank % G == pid))
-        count += tl.sum(per_slot, axis=0)
+        found = tl.sum(per_slot, axis=0)
+        if found > 0:  # the rank scan only where something is due
+            rank = count + (tl.cumsum(per_slot, axis=0) - per_slot)[:, None] + tl.cumsum(due.to(tl.int32), axis=1) - 1
+            tl.store(mine + rank // G, slots[:, None] * NH + head[None, :], mask=due & (rank % G == pid))
+        count += found
     tl.debug_barrier()  # the picks are written by other threads of this CTA
     for t in range(0, tl.cdiv(count - pid, G)):
         prog = tl.load(mine + t).to(tl.int32)  # (functional launches pass a dummy pointer)
