@@ -95,13 +95,28 @@ def _split_bf16(x):
     return hi, lo
 
 
+# Three bf16 parts of two fp32 values, packed in pairs for the shared-memory stores. Hopper runs
+# conversion instructions at a fraction of the fp32 rate, so each part is rounded to bf16's 8
+# significant bits in fp32 arithmetic (Veltkamp's split, c = x (2^16 + 1), hi = c - (c - x): round
+# to nearest) and its upper half taken; .rn keeps ptxas from fusing the split into an fma. x - hi
+# has at most 16 significant bits, so x = hi + mid + lo exactly.
+SPLIT3_ASM = gl.constexpr("""{
+.reg .f32 c, t, h0, h1, m0, m1, r0, r1;
+mul.rn.f32 c, $3, 0f47800100; sub.rn.f32 t, c, $3; sub.rn.f32 h0, c, t;
+mul.rn.f32 c, $4, 0f47800100; sub.rn.f32 t, c, $4; sub.rn.f32 h1, c, t;
+sub.rn.f32 r0, $3, h0; sub.rn.f32 r1, $4, h1;
+mul.rn.f32 c, r0, 0f47800100; sub.rn.f32 t, c, r0; sub.rn.f32 m0, c, t;
+mul.rn.f32 c, r1, 0f47800100; sub.rn.f32 t, c, r1; sub.rn.f32 m1, c, t;
+sub.rn.f32 r0, r0, m0; sub.rn.f32 r1, r1, m1;
+prmt.b32 $0, h0, h1, 0x7632; prmt.b32 $1, m0, m1, 0x7632; prmt.b32 $2, r0, r1, 0x7632;
+}""")
+
+
 @gluon.jit
 def _split3_bf16(x):
-    # x = hi + mid + lo, each the bf16 rounding of what the earlier parts leave
-    hi = x.to(gl.bfloat16)
-    rest = x - hi.to(gl.float32)
-    mid = rest.to(gl.bfloat16)
-    return hi, mid, (rest - mid.to(gl.float32)).to(gl.bfloat16)
+    # x = hi + mid + lo, three bf16 parts, each the rounding of what the earlier parts leave
+    return gl.inline_asm_elementwise(SPLIT3_ASM, "=r,=r,=r,r,r", [x],
+                                     dtype=(gl.bfloat16, gl.bfloat16, gl.bfloat16), is_pure=True, pack=2)
 
 
 @gluon.jit
