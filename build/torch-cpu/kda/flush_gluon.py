@@ -49,6 +49,9 @@ BASIS = gl.constexpr(gl.BlockedLayout([THIN, 4], [1, 32], [1, 8], [1, 0]))
 VEC = gl.constexpr(gl.SliceLayout(0, BASIS))
 TOKEN_ROWS = gl.constexpr(gl.BlockedLayout([16, 4], [1, 32], [1, 8], [1, 0]))  # [16, N] fp16 tokens
 # window [L, K]: each thread owns whole columns, so the decay products along j are in-thread
+# [16, N] stacked products for the Gram matrix: two rows per warp, no replication
+GRAM = gl.constexpr(gl.BlockedLayout([2, 4], [1, 32], [8, 1], [1, 0]))
+EVERY16 = gl.constexpr(gl.BlockedLayout([16], [32], [8], [0]))  # [16], every thread holds all
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 8], [0, 1]))
 # codes [V, K] int8 in 16-byte rows per thread (coalesced loads and stores)
 BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0]))
@@ -126,6 +129,33 @@ def _dot(x, y):
 
 
 @gluon.jit
+def _gram(x0, x1, x2, x3):
+    # The 10 fp64 inner products of four [N] vectors (held whole by every warp), as one
+    # reduction of a [16, N] stack of products spread over the warps (each warp sums two of
+    # them) instead of ten reductions repeated in every warp; one exchange makes them uniform.
+    g = gl.arange(0, 16, layout=gl.SliceLayout(1, GRAM))[:, None]
+    # row g multiplies columns (i, j): (0,0) (0,1) (0,2) (0,3) (1,1) (1,2) (1,3) (2,2) (2,3) (3,3)
+    i = gl.where(g < 4, 0, gl.where(g < 7, 1, gl.where(g < 9, 2, 3)))
+    j = gl.where(g < 4, g, gl.where(g < 7, g - 3, gl.where(g < 9, g - 5, 3)))
+    c0 = gl.convert_layout(x0, gl.SliceLayout(0, GRAM))[None, :]
+    c1 = gl.convert_layout(x1, gl.SliceLayout(0, GRAM))[None, :]
+    c2 = gl.convert_layout(x2, gl.SliceLayout(0, GRAM))[None, :]
+    c3 = gl.convert_layout(x3, gl.SliceLayout(0, GRAM))[None, :]
+    a = gl.where(i == 0, c0, gl.where(i == 1, c1, gl.where(i == 2, c2, c3)))
+    b = gl.where(j == 0, c0, gl.where(j == 1, c1, gl.where(j == 2, c2, c3)))
+    sums = gl.convert_layout(gl.sum(a.to(gl.float64) * b.to(gl.float64), axis=1), EVERY16)
+    t0, t1 = gl.split(gl.reshape(sums, [8, 2]))
+    return _pick(t0, 0), _pick(t1, 0), _pick(t0, 1), _pick(t1, 1), _pick(t0, 2), _pick(t1, 2), \
+        _pick(t0, 3), _pick(t1, 3), _pick(t0, 4), _pick(t1, 4)
+
+
+@gluon.jit
+def _pick(t, r: gl.constexpr):
+    # element r of a small vector every thread holds whole
+    return gl.sum(gl.where(gl.arange(0, t.shape[0], layout=t.type.layout) == r, t, 0.0), axis=0)
+
+
+@gluon.jit
 def _thin_product(s_parts, x_s, thin_s, TRANSPOSE: gl.constexpr, NN: gl.constexpr):
     # (S or S^T) [N, N] times x [N, R], both sides as three bf16 parts (all nine cross terms:
     # ~2^-24 relative, fp32 class): x_s holds rows (x_hi^T; x_mid^T; x_lo^T; 0), so one product
@@ -141,15 +171,15 @@ def _thin_product(s_parts, x_s, thin_s, TRANSPOSE: gl.constexpr, NN: gl.constexp
     gl.thread_barrier()  # every warp is done reading the last product's columns
     thin_s.permute((1, 0)).store(acc)
     gl.thread_barrier()
-    t = thin_s.load(BASIS)  # each thread holds all THIN rows of its columns: picks are in-thread
-    return (_row(t, 0) + _row(t, 4) + _row(t, 8), _row(t, 1) + _row(t, 5) + _row(t, 9),
-            _row(t, 2) + _row(t, 6) + _row(t, 10), _row(t, 3) + _row(t, 7) + _row(t, 11))
+    rows = thin_s._reinterpret(gl.float32, [THIN * NN], PLAIN1)  # row i at [i N, (i + 1) N)
+    return _part_sum(rows, 0, NN), _part_sum(rows, 1, NN), _part_sum(rows, 2, NN), _part_sum(rows, 3, NN)
 
 
 @gluon.jit
-def _row(t, r: gl.constexpr):
-    rows = gl.arange(0, t.shape[0], layout=gl.SliceLayout(1, t.type.layout))
-    return gl.sum(gl.where(rows[:, None] == r, t, 0.0), axis=0)
+def _part_sum(rows, r: gl.constexpr, NN: gl.constexpr):
+    # column r of a thin product: (hi + mid) + lo from the rows r, r + 4 and r + 8, each read whole
+    return ((rows.slice(r * NN, NN).load(VEC) + rows.slice((r + 4) * NN, NN).load(VEC))
+            + rows.slice((r + 8) * NN, NN).load(VEC))
 
 
 @gluon.jit
@@ -195,16 +225,7 @@ def _inv_norm(d, NORM_MIN: gl.constexpr):
 def _cholesky_pass(x0, x1, x2, x3, NORM_MIN: gl.constexpr, DROP: gl.constexpr, SECOND: gl.constexpr):
     # One Cholesky QR pass: Q = X R^-1 with R from the fp64 Gram matrix of X's columns.
     # Returns Q's columns and whether a column depends on the earlier ones or is nearly so.
-    g00 = _dot(x0, x0)
-    g01 = _dot(x0, x1)
-    g02 = _dot(x0, x2)
-    g03 = _dot(x0, x3)
-    g11 = _dot(x1, x1)
-    g12 = _dot(x1, x2)
-    g13 = _dot(x1, x3)
-    g22 = _dot(x2, x2)
-    g23 = _dot(x2, x3)
-    g33 = _dot(x3, x3)
+    g00, g01, g02, g03, g11, g12, g13, g22, g23, g33 = _gram(x0, x1, x2, x3)
     # R upper triangular: d_j = r_jj^2 = |column j|^2 after projecting out the earlier ones
     d0 = gl.maximum(g00, 0.0)
     i00 = _inv_norm(d0, NORM_MIN)
