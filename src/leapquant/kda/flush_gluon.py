@@ -168,7 +168,7 @@ def _thin_product(s_parts, x_s, thin_s, TRANSPOSE: gl.constexpr, NN: gl.constexp
         else:
             acc = warpgroup_mma(s_parts.index(part), x_s.permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
-    gl.thread_barrier()  # every warp is done reading the last product's columns
+    # (every warp read the last product's rows before the barrier that preceded this product)
     thin_s.permute((1, 0)).store(acc)
     gl.thread_barrier()
     rows = thin_s._reinterpret(gl.float32, [THIN * NN], PLAIN1)  # row i at [i N, (i + 1) N)
