@@ -168,7 +168,7 @@ def _thin_product(s_parts, x_s, thin_s, TRANSPOSE: gl.constexpr, NN: gl.constexp
         else:
             acc = warpgroup_mma(s_parts.index(part), x_s.permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
-    gl.thread_barrier()  # every warp is done reading the last product's columns
+    # (every warp read the last product's rows before the barrier that preceded this product)
     thin_s.permute((1, 0)).store(acc)
     gl.thread_barrier()
     rows = thin_s._reinterpret(gl.float32, [THIN * NN], PLAIN1)  # row i at [i N, (i + 1) N)
@@ -210,11 +210,11 @@ def _store_operand(x_s, c0, c1, c2, c3):
 
 @gluon.jit
 def _inv_norm(d, NORM_MIN: gl.constexpr):
-    # 1 / max(sqrt(d), NORM_MIN) in fp64 for a scalar d >= 0: the fp32 rsqrt estimate and two
-    # Newton steps (2^-22 -> 2^-44 -> fp64), where d is inside fp32's normal range
+    # 1 / max(sqrt(d), NORM_MIN) in fp64 for a scalar d >= 0: the fp32 rsqrt estimate and one
+    # Newton step (2^-22 -> 2^-44, far below the fp32 basis it scales), where d is inside fp32's
+    # normal range
     if d > 1e-30:
         y = gl.rsqrt(d.to(gl.float32)).to(gl.float64)
-        y = y * (1.5 - 0.5 * d * y * y)
         y = y * (1.5 - 0.5 * d * y * y)
     else:
         y = 1.0 / gl.maximum(gl.sqrt(d), NORM_MIN)
