@@ -22,8 +22,13 @@ for opt in "$@"; do
     --ncu) ncu --clock-control none --kernel-name regex:_flush_kernel --launch-skip 1 --launch-count 1 \
              --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
              --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
-             python3 scripts/ncu_target.py 64 > "$OUT/ncu.txt" 2>&1
-           grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|Compute \(SM\)|Issue Slots Busy|No Eligible|Stall|Block Limit" "$OUT/ncu.txt" | head -40 ;;
+             -o /tmp/leapquant_ncu -f python3 scripts/ncu_target.py 64 > "$OUT/ncu_run.log" 2>&1
+           ncu -i /tmp/leapquant_ncu.ncu-rep --page details > "$OUT/ncu.txt" 2>&1
+           ncu -i /tmp/leapquant_ncu.ncu-rep --page source --csv --print-source sass > "$OUT/sass.csv" 2>&1
+           grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|Compute \(SM\)|Issue Slots Busy|No Eligible|Stall|Block Limit" "$OUT/ncu.txt" | head -40
+           # cycles per phase (the default kernel must be the Gluon one; 64 sequences = 2048 programs)
+           dur=$(grep -m1 " Duration " "$OUT/ncu.txt" | awk '{v=$NF; if ($(NF-1)=="ms") v*=1000; print v}')
+           python3 scripts/ncu_phases.py "$OUT/sass.csv" "$dur" 2048 | tee "$OUT/ncu_phases.md" ;;
     --precision) python3 -m leapquant.precision --json "$OUT/precision.json" --markdown "$OUT/precision.md" \
                    --histogram "$OUT/precision.png" > "$OUT/precision.log" 2>&1
                  echo "precision report: exit $?" ;;

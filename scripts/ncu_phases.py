@@ -1,0 +1,130 @@
+"""Cycles per SPEC phase of the Gluon kernel from an Nsight Compute source export.
+
+    python scripts/ncu_phases.py SASS_CSV DURATION_US PROGRAMS [--in-place]
+
+SASS_CSV is `ncu -i REPORT --page source --csv --print-source sass` of one `_flush_kernel`
+launch (`bash scripts/h200.sh --ncu` writes it); DURATION_US its duration and PROGRAMS the
+programs it flushed (`scripts/ncu_target.py 64`: 2048, functional mode). The kernel is compiled
+here for sm_90a with the same triton (it must be the device's release, so the SASS addresses
+match), the line table comes from `nvdisasm -g`, and each instruction's stall samples go to the
+phase of its source line: helpers by function, `_flush_program` by its phase comments.
+Instructions inlined from triton's own library (reductions) go to the last kernel line before
+them. Prints a markdown table: share of stall samples, cycles per program per SM (share x
+duration x SM clock / programs per SM), share of executed instructions, instructions per warp,
+top stall reasons.
+"""
+
+import argparse
+import collections
+import csv
+import inspect
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+
+from compile_sm90 import H200_SMS, compile_gluon
+from leapquant.kda import flush_gluon
+
+SM_CLOCK_HZ = 1.98e9  # H200 boost clock, what the kernel ran at under ncu --clock-control none
+NUM_WARPS = flush_gluon.NUM_WARPS
+# helpers -> phase
+HELPER_PHASE = {
+    "_prefetch": "inputs", "_split_bf16": "window", "_split3_bf16": "three-part splits",
+    "_thin_product": "thin products", "_part_sum": "thin products",
+    "_gram": "bases", "_pick": "bases", "_dot": "bases", "_cholesky_pass": "bases", "_inv_norm": "bases",
+    "_orthonormal_cols": "bases", "_replace_dependent": "bases",
+    "_store_operand": "operand rows", "_stack4": "operand rows", "_put_row": "operand rows",
+    "_guard_overflow": "tokens", "_mul": "window", "_exponent": "max|S| and S's parts", "_pow2": "max|S| and S's parts",
+}
+# _flush_program: a phase starts at the first line containing its marker (in this order)
+PROGRAM_MARKERS = (
+    ("this program's inputs", "inputs"), ("# window", "window"), ("# rebuild", "rebuild"),
+    ("# subspace iteration", "max|S| and S's parts"), ("_thin_product(s_parts, q0_s", "subspace calls"),
+    ("# residual", "tokens and residual"), ("# smoothing scales", "scales and codes"),
+    ("gl.store(codes_out", "stores and resets"),
+)
+
+
+def line_phases() -> dict:
+    """Source line of flush_gluon.py -> phase name."""
+    lines = inspect.getsource(flush_gluon).splitlines()
+    phases, func, start, seen = {}, None, None, set()
+    for i, text in enumerate(lines, 1):
+        m = re.match(r"def (\w+)", text)
+        if m:
+            func = m.group(1)
+        if func == "_flush_program":
+            for marker, name in PROGRAM_MARKERS:
+                if marker in text and name not in seen:
+                    start = name
+                    seen.add(name)
+            phases[i] = start or "program set-up"
+        else:
+            phases[i] = HELPER_PHASE.get(func, f"kernel ({func})")
+    missing = {name for _, name in PROGRAM_MARKERS} - seen
+    if missing:
+        raise SystemExit(f"phase markers not found in _flush_program: {sorted(missing)}")
+    return phases
+
+
+def address_lines(cubin: bytes) -> dict:
+    """SASS address -> the flush_gluon.py line it belongs to (library code: the last kernel line)."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "-g", "-c", f.name], capture_output=True, text=True, check=True).stdout
+    own, table = None, {}
+    for ln in out.splitlines():
+        m = re.search(r'//## File "(.*?)", line (\d+)', ln)
+        if m:
+            if m.group(1).endswith("flush_gluon.py"):
+                own = int(m.group(2))
+            continue
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/", ln)
+        if m and own:
+            table[int(m.group(1), 16)] = own
+    return table
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("sass_csv")
+    ap.add_argument("duration_us", type=float)
+    ap.add_argument("programs", type=int)
+    ap.add_argument("--in-place", action="store_true", help="the launch was a pool call")
+    args = ap.parse_args()
+    phases = line_phases()
+    table = address_lines(compile_gluon(args.in_place).asm["cubin"])
+    rows = list(csv.reader(open(args.sass_csv)))
+    hdr = rows[1]
+    ix = {h: i for i, h in enumerate(hdr)}
+    base = int(rows[2][ix["Address"]], 16)
+    if len(rows) - 2 != len(table):
+        print(f"warning: {len(rows) - 2} instructions profiled, {len(table)} compiled here (other triton?)")
+    reasons = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
+    samples, executed = collections.Counter(), collections.Counter()
+    why = collections.defaultdict(collections.Counter)
+    for r in rows[2:]:
+        line = table.get(int(r[ix["Address"]], 16) - base)
+        p = phases.get(line, "unmapped")
+        samples[p] += float(r[ix["Warp Stall Sampling (All Samples)"]] or 0)
+        executed[p] += float(r[ix["Instructions Executed"]] or 0)
+        for h in reasons:
+            why[p][h[len("stall_"):]] += float(r[ix[h]] or 0)
+    total_s, total_e = sum(samples.values()), sum(executed.values())
+    cycles = args.duration_us * 1e-6 * SM_CLOCK_HZ / (args.programs / H200_SMS)
+    print(f"{cycles:,.0f} cycles per program per SM; {total_e / args.programs:,.0f} warp instructions per program")
+    print("| phase | stall samples | ~cycles | instructions | per warp | top stall reasons |")
+    print("|---|---:|---:|---:|---:|---|")
+    for p, s in samples.most_common():
+        top = ", ".join(f"{k} {v / s * 100:.0f}%" for k, v in why[p].most_common(2)) if s else ""
+        print(f"| {p} | {s / total_s * 100:.1f}% | {s / total_s * cycles:,.0f} | {executed[p] / total_e * 100:.1f}% "
+              f"| {executed[p] / args.programs / NUM_WARPS:,.0f} | {top} |")
+
+
+if __name__ == "__main__":
+    main()
