@@ -143,7 +143,8 @@ def main(argv=None) -> int:
           f"triton={env['triton']}  kernel={env['kernel']}")
     timing = on_gpu and not args.skip_timing
     if not on_gpu:
-        print("no CUDA device: judging the CPU path (the fp32 PyTorch flush) at small batch; "
+        print("no CUDA device: judging the CPU path (the fp32 PyTorch flush, the reference's own arithmetic, "
+              "so ratios near 1.0000 check the harness rather than a kernel) at small batch; "
               "timing skipped")
     bandwidth = copy_bandwidth(device) if timing else None
     if bandwidth:
@@ -199,7 +200,8 @@ def main(argv=None) -> int:
     print("\nworst err/err_ref per family and form (bound 1.01; captured heads judged by the 1e-3 cap)")
     print(table(headers, out))
     stress = [[row["batch_size"]] + [_stress_cell(row["accuracy"][f]) for f in inputs.STRESS_FAMILIES] for row in rows]
-    print("\nstress families: worst err/err_ref (n/a: the fp32 reference is not finite) | worst err/cap")
+    print("\nstress families: worst err/err_ref (n/a: the fp32 reference is not finite) | worst err/cap "
+          "(n/a: no head captured)")
     print(table(["B", *inputs.STRESS_FAMILIES], stress))
     if steady:
         print("\nsteady state (flush kernel, L2-cold)")

@@ -104,7 +104,8 @@ def flush_inplace(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
     """
     if not isinstance(pool, Pool):
-        raise TypeError(f"pool must be a leapquant.kda.Pool, got {type(pool).__name__}")
+        raise TypeError(f"pool must be a {Pool.__module__}.Pool, got {type(pool).__module__}.{type(pool).__qualname__}"
+                        " (a Pool of another copy of the package?)")
     _check_index(pool, idx)
     check_q0(q0, pool.device)
     if pool.device.type == "cuda":

@@ -39,7 +39,8 @@ def decode(codes, s_k, s_v, u, q, dtype: torch.dtype = torch.float32) -> torch.T
         s_k: fp32 ``[..., K]`` key (column) scales.
         s_v: fp32 ``[..., V]`` value (row) scales.
         u: fp16 ``[..., R, K]`` and q: fp16 ``[..., R, V]``, the Compensator Tokens.
-        dtype: floating dtype of the result and of every intermediate (fp32 or fp64).
+        dtype: floating dtype of the result and of every intermediate (fp32 for the kernels'
+            own checks, fp64 for the criterion's rebuild; any torch floating dtype is accepted).
 
     Returns:
         ``[..., V, K]`` tensor of ``dtype`` on the inputs' device.
