@@ -6,8 +6,10 @@ the rebuild and the residual are wgmma products whose small operands (window, to
 shared memory; the subspace products read ``S`` once stored in shared memory as three bf16 parts
 (the transposed products through the operand descriptor, no register copies); the orthonormal
 bases come from a Cholesky QR whose 4 x 4 Gram matrix is summed in fp64, so a basis costs one
-reduction instead of one per Gram-Schmidt step; the next program's inputs are copied into a
-staging area (cp.async) while the current one computes.
+reduction (shared out over the warps) instead of one per Gram-Schmidt step; the bf16 parts are
+split in fp32 arithmetic, since Hopper runs conversion instructions at a fraction of the fp32
+rate; the next program's inputs are copied into a staging area (cp.async) while the current one
+computes.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request

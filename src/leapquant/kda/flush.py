@@ -32,8 +32,8 @@ SUBSPACE_SPLIT = 2
 MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (NOTES.md)
 CTAS_PER_SM = 1  # at ~240 registers per thread, one 8-warp CTA fills an SM's register file
 # Pool calls run on resident CTAs that rank the due programs and share them out: a call with
-# nothing due costs 9 us instead of 86 us at B=512 and 1 in 16 due runs 20-25% faster; all due
-# runs ~5% slower than one CTA per candidate (NOTES.md).
+# nothing due costs one flag scan (4 us at B=512, 86 us with one CTA per candidate) and 1 in 16
+# due runs 20-25% faster; all due runs ~5% slower than one CTA per candidate (NOTES.md).
 PERSISTENT_POOL = True
 # Gram-Schmidt passes for qk (the iterate, which only needs to span S^T q0): one (NOTES.md)
 QK_TWICE = tl.constexpr(False)
