@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one H200 run: GPU tests (both kernels), accuracy on every batch size and benchmark of each
-# kernel. Full logs under $OUT (./out when unset); a short table last.
+# kernel. Full logs under $OUT (./out when unset): the text logs in one file, h200.log, beside the
+# JSON, markdown and figure outputs, so that few files carry everything; a short table last.
 #   bash scripts/h200.sh [--sweep] [--ncu] [--precision] [--kernels-hub]
 # --kernels-hub: the Hugging Face `kernels` loading tests and README's snippet (needs `kernels`
 # importable, e.g. from wheels installed to a folder on PYTHONPATH)
@@ -39,3 +40,7 @@ echo "portable kernel:"; grep -B1 -A8 "x floor" "$OUT/bench_triton.log"; grep -A
 grep -A8 "stress families" "$OUT/bench_triton.log"
 echo "default kernel:"
 python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 24
+# one text log (the device machine returns a handful of files)
+for f in env.txt pytest_gpu.log kernels_hub.log sweep.log ncu_run.log ncu.txt precision.log bench_triton.log bench.log; do
+  if [ -f "$OUT/$f" ]; then echo "===== $f"; cat "$OUT/$f"; rm "$OUT/$f"; fi
+done > "$OUT/h200.log"
