@@ -50,10 +50,10 @@ COLS = gl.constexpr(gl.SliceLayout(0, ACC))  # a [K] vector along S's columns
 BASIS = gl.constexpr(gl.BlockedLayout([THIN, 4], [1, 32], [1, 8], [1, 0]))
 VEC = gl.constexpr(gl.SliceLayout(0, BASIS))
 TOKEN_ROWS = gl.constexpr(gl.BlockedLayout([16, 4], [1, 32], [1, 8], [1, 0]))  # [16, N] fp16 tokens
-# window [L, K]: each thread owns whole columns, so the decay products along j are in-thread
 # [16, N] stacked products for the Gram matrix: two rows per warp, no replication
 GRAM = gl.constexpr(gl.BlockedLayout([2, 4], [1, 32], [8, 1], [1, 0]))
 EVERY16 = gl.constexpr(gl.BlockedLayout([16], [32], [8], [0]))  # [16], every thread holds all
+# window [L, K]: each thread owns whole columns, so the decay products along j are in-thread
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 8], [0, 1]))
 # codes [V, K] int8 in 16-byte rows per thread (coalesced loads and stores)
 BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0]))
@@ -359,6 +359,7 @@ def _flush_program(
 ):
     prog = slot * NH + head
     v = gl.arange(0, NV, layout=ROWS)
+    kn = gl.arange(0, NK, layout=WORDS)  # per-column vectors one element a thread
     jw = gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))
     kw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))
@@ -468,7 +469,7 @@ def _flush_program(
 
     gl.store(codes_out + slot * C_SLOT + head * C_HEAD + vb[:, None] * NK + kb[None, :],
              gl.convert_layout(codes_new, BYTES))
-    gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + gl.arange(0, NK, layout=WORDS), s_k_new)
+    gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + kn, s_k_new)
     gl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + v, s_v_new)
     jn = gl.arange(0, 16, layout=gl.SliceLayout(1, TOKEN_ROWS))[:, None]
     nn = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKEN_ROWS))[None, :]
@@ -478,7 +479,7 @@ def _flush_program(
         # every window load above has landed in registers before these stores issue
         gl.store(w + prog * NL + jw, gl.zeros([NL], gl.float32, gl.SliceLayout(1, WIN)))
         gl.store(gbase + jw[:, None] * NK + kw[None, :], gl.full([NL, NK], 1.0, gl.float16, WIN))
-        gl.store(pcum + prog * NK + gl.arange(0, NK, layout=WORDS), gl.zeros([NK], gl.float32, WORDS))
+        gl.store(pcum + prog * NK + kn, gl.zeros([NK], gl.float32, WORDS))
 
 
 @gluon.jit
