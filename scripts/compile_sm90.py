@@ -61,9 +61,14 @@ def compile_gluon(in_place: bool):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": fg.NUM_WARPS})
 
 
+def nvidia_tool(name: str) -> str:
+    """Path of a CUDA binary utility Triton ships (cuobjdump, nvdisasm, ptxas)."""
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
 def resource_usage(cubin: bytes) -> str:
     """Registers, stack (spills) and SASS instruction mix through the cuobjdump Triton ships."""
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    tool = nvidia_tool("cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()

@@ -18,14 +18,11 @@ import argparse
 import collections
 import csv
 import inspect
-import os
 import re
 import subprocess
 import tempfile
 
-import triton
-
-from compile_sm90 import H200_SMS, compile_gluon
+from compile_sm90 import H200_SMS, compile_gluon, nvidia_tool
 from leapquant.kda import flush_gluon
 
 SM_CLOCK_HZ = 1.98e9  # H200 boost clock, what the kernel ran at under ncu --clock-control none
@@ -72,7 +69,7 @@ def line_phases() -> dict:
 
 def address_lines(cubin: bytes) -> dict:
     """SASS address -> the flush_gluon.py line it belongs to (library code: the last kernel line)."""
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    tool = nvidia_tool("nvdisasm")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()

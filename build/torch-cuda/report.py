@@ -15,6 +15,11 @@ import torch
 from .kda import criterion, inputs, reference, run
 
 
+# what the reports say when there is no GPU: the CPU path is the reference's own arithmetic
+CPU_PATH_NOTE = ("no CUDA device: judging the CPU path (the fp32 PyTorch flush, the reference's own arithmetic, "
+                 "so ratios near 1.0000 check the harness rather than a kernel)")
+
+
 def environment(device: torch.device) -> dict:
     """Date, machine, GPU, library versions and the flush kernel that runs (``kernel.choose``),
     for every JSON the reports write."""

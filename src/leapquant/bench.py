@@ -22,7 +22,7 @@ from .kda import L, Pool, flush_inplace, inputs, reference
 from .kda.criterion import FORMS
 from .kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
 from .kda.kernel import FORCE_VARIABLE, KERNELS
-from .report import accuracy_case, environment, fmt, parse_sizes, pick_device, table, write_json
+from .report import CPU_PATH_NOTE, accuracy_case, environment, fmt, parse_sizes, pick_device, table, write_json
 
 KERNEL_NAME = "_flush_kernel"
 WARMUP, TIMED, SETS = 4, 16, 8
@@ -143,9 +143,7 @@ def main(argv=None) -> int:
           f"triton={env['triton']}  kernel={env['kernel']}")
     timing = on_gpu and not args.skip_timing
     if not on_gpu:
-        print("no CUDA device: judging the CPU path (the fp32 PyTorch flush, the reference's own arithmetic, "
-              "so ratios near 1.0000 check the harness rather than a kernel) at small batch; "
-              "timing skipped")
+        print(f"{CPU_PATH_NOTE} at small batch; timing skipped")
     bandwidth = copy_bandwidth(device) if timing else None
     if bandwidth:
         env["copy_bandwidth_GBps"] = bandwidth / 1e9

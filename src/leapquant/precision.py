@@ -24,8 +24,8 @@ import torch
 from .kda import inputs
 from .kda.criterion import CAP, FORMS, RATIO_BOUND
 from .kda.geometry import H
-from .report import (accuracy_case, environment, fmt, identical_fraction, markdown_table, parse_sizes, pick_device,
-                     relative_error, table, write_json)
+from .report import (CPU_PATH_NOTE, accuracy_case, environment, fmt, identical_fraction, markdown_table,
+                     parse_sizes, pick_device, relative_error, table, write_json)
 
 DEFAULT_SIZES = "16,32,64,128,256,512"
 CPU_SIZES = "2"
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     print(f"leapquant.precision  {env['date']}  device={env.get('gpu', 'cpu')}  torch={env['torch']}  "
           f"triton={env['triton']}  kernel={env['kernel']}")
     if not on_gpu:
-        print(f"no CUDA device: judging the CPU path (the fp32 PyTorch flush) at batch {','.join(map(str, sizes))}")
+        print(f"{CPU_PATH_NOTE} at batch {','.join(map(str, sizes))}")
 
     records, ratios = [], {f: [] for f in fams}
     for B in sizes:
