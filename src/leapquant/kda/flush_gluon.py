@@ -45,13 +45,11 @@ ACC = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1
 ACC_THIN = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, THIN, 16]))
 ROWS = gl.constexpr(gl.SliceLayout(1, ACC))  # a [V] vector along S's rows
 COLS = gl.constexpr(gl.SliceLayout(0, ACC))  # a [K] vector along S's columns
-# the rows (x_hi^T; x_mid^T; x_lo^T; 0) of a thin operand [THIN, N], and its columns [N] as vectors: each
-# warp holds a whole basis (replicated over the 8 warps), so Gram sums stay inside a warp
-BASIS = gl.constexpr(gl.BlockedLayout([THIN, 4], [1, 32], [1, 8], [1, 0]))
-VEC = gl.constexpr(gl.SliceLayout(0, BASIS))
-TOKEN_ROWS = gl.constexpr(gl.BlockedLayout([16, 4], [1, 32], [1, 8], [1, 0]))  # [16, N] fp16 tokens
-# [16, N] stacked products for the Gram matrix: two rows per warp, no replication
-GRAM = gl.constexpr(gl.BlockedLayout([2, 4], [1, 32], [8, 1], [1, 0]))
+# [16, N] stacks (the Gram matrix's products, a thin operand's rows, the token rows): two rows a
+# warp, no replication; a basis column [N] as a vector every warp holds whole
+STACK16 = gl.constexpr(gl.BlockedLayout([2, 4], [1, 32], [8, 1], [1, 0]))
+VEC = gl.constexpr(gl.SliceLayout(0, STACK16))
+THIN_COLS = gl.constexpr(gl.BlockedLayout([4, 4], [32, 1], [1, 8], [1, 0]))  # [N, R]: VEC's rows, R in-thread
 EVERY16 = gl.constexpr(gl.BlockedLayout([16], [32], [8], [0]))  # [16], every thread holds all
 # window [L, K]: each thread owns whole columns, so the decay products along j are in-thread
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 8], [0, 1]))
@@ -135,16 +133,12 @@ def _gram(x0, x1, x2, x3):
     # The 10 fp64 inner products of four [N] vectors (held whole by every warp), as one
     # reduction of a [16, N] stack of products spread over the warps (each warp sums two of
     # them) instead of ten reductions repeated in every warp; one exchange makes them uniform.
-    g = gl.arange(0, 16, layout=gl.SliceLayout(1, GRAM))[:, None]
+    g = gl.arange(0, 16, layout=gl.SliceLayout(1, STACK16))[:, None]
     # row g multiplies columns (i, j): (0,0) (0,1) (0,2) (0,3) (1,1) (1,2) (1,3) (2,2) (2,3) (3,3)
     i = gl.where(g < 4, 0, gl.where(g < 7, 1, gl.where(g < 9, 2, 3)))
     j = gl.where(g < 4, g, gl.where(g < 7, g - 3, gl.where(g < 9, g - 5, 3)))
-    c0 = gl.convert_layout(x0, gl.SliceLayout(0, GRAM))[None, :]
-    c1 = gl.convert_layout(x1, gl.SliceLayout(0, GRAM))[None, :]
-    c2 = gl.convert_layout(x2, gl.SliceLayout(0, GRAM))[None, :]
-    c3 = gl.convert_layout(x3, gl.SliceLayout(0, GRAM))[None, :]
-    a = gl.where(i == 0, c0, gl.where(i == 1, c1, gl.where(i == 2, c2, c3)))
-    b = gl.where(j == 0, c0, gl.where(j == 1, c1, gl.where(j == 2, c2, c3)))
+    a = _select_rows(i, x0, x1, x2, x3)
+    b = _select_rows(j, x0, x1, x2, x3)
     sums = gl.convert_layout(gl.sum(a.to(gl.float64) * b.to(gl.float64), axis=1), EVERY16)
     t0, t1 = gl.split(gl.reshape(sums, [8, 2]))
     return _pick(t0, 0), _pick(t1, 0), _pick(t0, 1), _pick(t1, 1), _pick(t0, 2), _pick(t1, 2), \
@@ -158,10 +152,10 @@ def _pick(t, r: gl.constexpr):
 
 
 @gluon.jit
-def _thin_product(s_parts, x_s, thin_s, TRANSPOSE: gl.constexpr, NN: gl.constexpr):
+def _thin_product(s_parts, x_s, TRANSPOSE: gl.constexpr, NN: gl.constexpr):
     # (S or S^T) [N, N] times x [N, R], both sides as three bf16 parts (all nine cross terms:
-    # ~2^-24 relative, fp32 class): x_s holds rows (x_hi^T; x_mid^T; x_lo^T; 0), so one product
-    # per part of S gives S x_hi, S x_mid and S x_lo side by side. Returns the R columns of the
+    # ~2^-24 relative, fp32 class): x_s holds rows (x_hi^T; x_lo^T; x_mid^T; 0), so one product
+    # per part of S gives S x_hi, S x_lo and S x_mid side by side. Returns the R columns of the
     # result as [N] fp32 vectors in VEC.
     acc = gl.zeros([NN, THIN], gl.float32, ACC_THIN)
     for part in gl.static_range(PARTS):  # issued back to back: one wait for the three
@@ -170,44 +164,29 @@ def _thin_product(s_parts, x_s, thin_s, TRANSPOSE: gl.constexpr, NN: gl.constexp
         else:
             acc = warpgroup_mma(s_parts.index(part), x_s.permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
-    # (every warp read the last product's rows before the barrier that preceded this product)
-    thin_s.permute((1, 0)).store(acc)
-    gl.thread_barrier()
-    rows = thin_s._reinterpret(gl.float32, [THIN * NN], PLAIN1)  # row i at [i N, (i + 1) N)
-    return _part_sum(rows, 0, NN), _part_sum(rows, 1, NN), _part_sum(rows, 2, NN), _part_sum(rows, 3, NN)
+    # the accumulator's thread holds columns hi and mid (or lo and 0) of a row, and its lane
+    # partner the other pair: the sum over the part axis is (hi + mid) + lo, one shuffle
+    cols = gl.convert_layout(gl.sum(gl.reshape(acc, [NN, 4, 4]), axis=1), THIN_COLS)
+    c02, c13 = gl.split(gl.reshape(cols, [NN, 2, 2]))
+    c0, c2 = gl.split(c02)
+    c1, c3 = gl.split(c13)
+    return (gl.convert_layout(c0, VEC, assert_trivial=True), gl.convert_layout(c1, VEC, assert_trivial=True),
+            gl.convert_layout(c2, VEC, assert_trivial=True), gl.convert_layout(c3, VEC, assert_trivial=True))
 
 
 @gluon.jit
-def _part_sum(rows, r: gl.constexpr, NN: gl.constexpr):
-    # column r of a thin product: (hi + mid) + lo from the rows r, r + 4 and r + 8, each read whole
-    return ((rows.slice(r * NN, NN).load(VEC) + rows.slice((r + 4) * NN, NN).load(VEC))
-            + rows.slice((r + 8) * NN, NN).load(VEC))
-
-
-@gluon.jit
-def _put_row(t, rows, r: gl.constexpr, c):
-    return gl.where(rows == r, gl.convert_layout(c, gl.SliceLayout(0, t.type.layout))[None, :], t)
-
-
-@gluon.jit
-def _stack4(t, first: gl.constexpr, c0, c1, c2, c3):
-    # t with rows first..first+3 replaced by c0..c3; every pick is in-thread
-    rows = gl.arange(0, t.shape[0], layout=gl.SliceLayout(1, t.type.layout))[:, None]
-    t = _put_row(t, rows, first, c0)
-    t = _put_row(t, rows, first + 1, c1)
-    t = _put_row(t, rows, first + 2, c2)
-    return _put_row(t, rows, first + 3, c3)
+def _select_rows(which, c0, c1, c2, c3):
+    # [16, N] stack whose row g is the [N] vector c_which[g]
+    return gl.where(which == 0, c0[None, :], gl.where(which == 1, c1[None, :], gl.where(which == 2, c2[None, :], c3[None, :])))
 
 
 @gluon.jit
 def _store_operand(x_s, c0, c1, c2, c3):
-    # rows (hi^T; mid^T; lo^T; 0) of a [N, R] operand for _thin_product
-    h0, m0, l0 = _split3_bf16(c0)
-    h1, m1, l1 = _split3_bf16(c1)
-    h2, m2, l2 = _split3_bf16(c2)
-    h3, m3, l3 = _split3_bf16(c3)
-    t = gl.zeros([THIN, c0.shape[0]], gl.bfloat16, BASIS)
-    x_s.store(_stack4(_stack4(_stack4(t, 0, h0, h1, h2, h3), 4, m0, m1, m2, m3), 8, l0, l1, l2, l3))
+    # rows (hi^T; lo^T; mid^T; 0) of a [N, R] operand for _thin_product: each warp splits and
+    # stores only its own two rows
+    g = gl.arange(0, THIN, layout=gl.SliceLayout(1, STACK16))[:, None]
+    hi, mid, lo = _split3_bf16(_select_rows(g % 4, c0, c1, c2, c3))
+    x_s.store(gl.where(g < 4, hi, gl.where(g < 8, lo, gl.where(g < 12, mid, 0.0))))
 
 
 @gluon.jit
@@ -346,7 +325,7 @@ def _flush_program(
     slot, head, next_slot, next_head, has_next, stage,
     codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
     kbuf, ubuf, gbuf, w, pcum, ones,
-    q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s, thin_s,
+    q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s,
     C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
     SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
     U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
@@ -420,19 +399,19 @@ def _flush_program(
     s_parts.index(2).store(s_lo)
     fence_async_shared()
     gl.thread_barrier()
-    a0, a1, a2, a3 = _thin_product(s_parts, q0_s, thin_s, True, NK)  # S^T q0
+    a0, a1, a2, a3 = _thin_product(s_parts, q0_s, True, NK)  # S^T q0
     # qk only has to span S^T q0 (b = S qk spans the same space for any basis of it): one pass
     k0, k1, k2, k3 = _orthonormal_cols(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND)
     _store_operand(x_s, k0, k1, k2, k3)
     fence_async_shared()
     gl.thread_barrier()
-    b0, b1, b2, b3 = _thin_product(s_parts, x_s, thin_s, False, NV)  # S qk
+    b0, b1, b2, b3 = _thin_product(s_parts, x_s, False, NV)  # S qk
     p0, p1, p2, p3 = _orthonormal_cols(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND)
     gl.thread_barrier()  # every warp has read qk from x_s
     _store_operand(x_s, p0, p1, p2, p3)
     fence_async_shared()
     gl.thread_barrier()
-    u0, u1, u2, u3 = _thin_product(s_parts, x_s, thin_s, True, NK)  # S^T qv
+    u0, u1, u2, u3 = _thin_product(s_parts, x_s, True, NK)  # S^T qv
     scale = _pow2(ex)
     u0 = u0 * scale
     u1 = u1 * scale
@@ -446,9 +425,9 @@ def _flush_program(
         u3, p3 = _guard_overflow(u3, p3, U_LIMIT)
 
     # residual against the rounded tokens: fp16 x fp16 products are exact in fp32
-    rows16 = gl.zeros([16, NK], gl.float32, TOKEN_ROWS)
-    u_new = _stack4(rows16, 0, u0, u1, u2, u3).to(gl.float16)
-    q_new = _stack4(rows16, 0, p0, p1, p2, p3).to(gl.float16)
+    jn = gl.arange(0, 16, layout=gl.SliceLayout(1, STACK16))[:, None]  # token r in row r, rows from R on zero
+    u_new = gl.where(jn < NR, _select_rows(jn, u0, u1, u2, u3), 0.0).to(gl.float16)
+    q_new = gl.where(jn < NR, _select_rows(jn, p0, p1, p2, p3), 0.0).to(gl.float16)
     tok_u_s.store(u_new)
     tok_q_s.store(-q_new)
     fence_async_shared()
@@ -471,8 +450,7 @@ def _flush_program(
              gl.convert_layout(codes_new, BYTES))
     gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + kn, s_k_new)
     gl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + v, s_v_new)
-    jn = gl.arange(0, 16, layout=gl.SliceLayout(1, TOKEN_ROWS))[:, None]
-    nn = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKEN_ROWS))[None, :]
+    nn = gl.arange(0, NK, layout=gl.SliceLayout(0, STACK16))[None, :]
     gl.store(u_out + slot * U_SLOT + head * U_HEAD + jn * U_ROW + nn, u_new, mask=jn < NR)
     gl.store(q_out + slot * Q_SLOT + head * Q_HEAD + jn * Q_ROW + nn, q_new, mask=jn < NR)
     if IN_PLACE:
@@ -529,7 +507,6 @@ def _flush_kernel(
     tok_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
     s_parts = gl.allocate_shared_memory(gl.bfloat16, [PARTS, NV, NK], OPERAND)
     x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)
-    thin_s = gl.allocate_shared_memory(gl.float32, [THIN, NV], PLAIN)
     # staging area of the next program's inputs; token rows from R on stay zero
     st_u = gl.allocate_shared_memory(gl.float16, [16, NK], PLAIN)
     st_q = gl.allocate_shared_memory(gl.float16, [16, NV], PLAIN)
@@ -577,7 +554,7 @@ def _flush_kernel(
                 (p // NH).to(gl.int64), p % NH, (nxt // NH).to(gl.int64), nxt % NH, t + 1 < n, stage,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
                 kbuf, ubuf, gbuf, w, pcum, ones,
-                q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s, thin_s,
+                q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, GUARD_FROM_EXP, MAGIC, MAGIC_BITS,
@@ -594,7 +571,7 @@ def _flush_kernel(
                 (c // NH).to(gl.int64), c % NH, (nxt // NH).to(gl.int64), nxt % NH, nxt < num_programs, stage,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
                 kbuf, ubuf, gbuf, w, pcum, ones,
-                q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s, thin_s,
+                q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, GUARD_FROM_EXP, MAGIC, MAGIC_BITS,
