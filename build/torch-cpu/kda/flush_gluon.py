@@ -292,8 +292,8 @@ def _prefetch(
     Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
 ):
-    # start copying program (slot, head)'s checkpoint and window into the staging area
-    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
+    # start copying program (slot, head)'s checkpoint, gates and keys into the staging area
+    st_codes, st_gbuf, st_kbuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
     prog = slot * NH + head
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))[:, None]
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))[None, :]
@@ -307,7 +307,6 @@ def _prefetch(
     g_after = gl.where(jh > 0, gbuf + prog * (NL * NK) + (j + 1) * NK + nh, ones + nh)
     async_copy.async_copy_global_to_shared(st_gbuf, g_after)
     async_copy.async_copy_global_to_shared(st_kbuf, kbuf + prog * (NL * NK) + j * NK + nh)
-    async_copy.async_copy_global_to_shared(st_ubuf, ubuf + prog * (NL * NV) + j * NV + nh)
     jr = gl.arange(0, NR, layout=gl.SliceLayout(1, TOKEN_COPY))[:, None]
     nr = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKEN_COPY))[None, :]
     async_copy.async_copy_global_to_shared(st_u.slice(0, NR), u_in + slot * U_SLOT + head * U_HEAD + jr * U_ROW + nr)
@@ -317,6 +316,19 @@ def _prefetch(
     async_copy.async_copy_global_to_shared(st_sk, sk_in + slot * SK_SLOT + head * SK_HEAD + n)
     async_copy.async_copy_global_to_shared(st_sv, sv_in + slot * SV_SLOT + head * SV_HEAD + n)
     async_copy.async_copy_global_to_shared(st_w, w + prog * NL + (NL - 1 - gl.arange(0, NL, layout=WORDS)))
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _prefetch_values(slot, head, win_s, ubuf, NH: gl.constexpr, NV: gl.constexpr, NL: gl.constexpr):
+    # start copying program (slot, head)'s window values (bf16, used as they are) straight into both
+    # halves of the rebuild's operand, rows in reversed entry order like the keys
+    prog = slot * NH + head
+    jh = gl.arange(0, NL, layout=gl.SliceLayout(1, HALVES))[:, None]
+    nh = gl.arange(0, NV, layout=gl.SliceLayout(0, HALVES))[None, :]
+    vals = ubuf + prog * (NL * NV) + (NL - 1 - jh) * NV + nh
+    async_copy.async_copy_global_to_shared(win_s.slice(0, NL), vals)
+    async_copy.async_copy_global_to_shared(win_s.slice(NL, NL), vals)
     async_copy.commit_group()
 
 
@@ -345,12 +357,11 @@ def _flush_program(
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))
 
     # this program's inputs, staged by _prefetch, into registers; then the next one's copies start
-    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
+    st_codes, st_gbuf, st_kbuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
     async_copy.wait_group(0)
     gl.thread_barrier()  # every thread's copies have landed; the previous program's products are done
     g_after = st_gbuf.load(WIN)
     keys = st_kbuf.load(WIN).to(gl.float32)
-    vals = st_ubuf.load(WIN)  # [L, V] bf16, exact
     wj = st_w.load(gl.SliceLayout(1, WIN))
     u_old = st_u.load(TOKENS)
     q_old = st_q.load(TOKENS)
@@ -373,8 +384,6 @@ def _flush_program(
     gbase = gbuf + prog * (NL * NK)
     keys_s.slice(0, NL).store(keys_hi)
     keys_s.slice(NL, NL).store(keys_lo)
-    win_s.slice(0, NL).store(vals)
-    win_s.slice(NL, NL).store(vals)
     tok_u_s.store(u_old)
     tok_q_s.store(q_old)
     fence_async_shared()
@@ -399,6 +408,8 @@ def _flush_program(
     s_parts.index(2).store(s_lo)
     fence_async_shared()
     gl.thread_barrier()
+    if has_next:  # both warpgroups' rebuild products have read win_s
+        _prefetch_values(next_slot, next_head, win_s, ubuf, NH, NV, NL)
     a0, a1, a2, a3 = _thin_product(s_parts, q0_s, True, NK)  # S^T q0
     # qk only has to span S^T q0 (b = S qk spans the same space for any basis of it): one pass
     k0, k1, k2, k3 = _orthonormal_cols(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND)
@@ -511,8 +522,7 @@ def _flush_kernel(
     st_u = gl.allocate_shared_memory(gl.float16, [16, NK], PLAIN)
     st_q = gl.allocate_shared_memory(gl.float16, [16, NV], PLAIN)
     stage = (gl.allocate_shared_memory(gl.int8, [NV, NK], PLAIN), gl.allocate_shared_memory(gl.float16, [NL, NK], PLAIN),
-             gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN),
-             gl.allocate_shared_memory(gl.bfloat16, [NL, NV], PLAIN), st_u, st_q,
+             gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN), st_u, st_q,
              gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
              gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], PLAIN1),
              gl.allocate_shared_memory(gl.float32, [NK], PLAIN1))  # not staged: exp(pcum) per column
@@ -547,6 +557,7 @@ def _flush_kernel(
             _prefetch((p // NH).to(gl.int64), p % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf,
                       w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                       Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+            _prefetch_values((p // NH).to(gl.int64), p % NH, win_s, ubuf, NH, NV, NL)
         for t in range(0, n):
             p = gl.load(mine + t)
             nxt = gl.load(mine + t + 1, mask=t + 1 < n, other=0)
@@ -565,6 +576,7 @@ def _flush_kernel(
             _prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
                       gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                       Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+            _prefetch_values((pid // NH).to(gl.int64), pid % NH, win_s, ubuf, NH, NV, NL)
         for c in range(pid, num_programs, G):
             nxt = c + G
             _flush_program(
