@@ -8,10 +8,10 @@ programs it flushed (`scripts/ncu_target.py 64`: 2048, functional mode). The ker
 here for sm_90a with the same triton (it must be the device's release, so the SASS addresses
 match), the line table comes from `nvdisasm -g`, and each instruction's stall samples go to the
 phase of its source line: helpers by function, `_flush_program` by its phase comments.
-Instructions inlined from triton's own library (reductions) go to the last kernel line before
-them. Prints a markdown table: share of stall samples, cycles per program per SM (share x
-duration x SM clock / programs per SM), share of executed instructions, instructions per warp,
-top stall reasons.
+Instructions inlined from triton's own library (the reductions' combine steps) form a row of
+their own: the line table gives no call site for them. Prints a markdown table: share of stall
+samples, cycles per program per SM (share x duration x SM clock / programs per SM), share of
+executed instructions, instructions per warp, top stall reasons.
 """
 
 import argparse
@@ -30,10 +30,10 @@ NUM_WARPS = flush_gluon.NUM_WARPS
 # helpers -> phase
 HELPER_PHASE = {
     "_prefetch": "inputs", "_split_bf16": "window", "_split3_bf16": "three-part splits",
-    "_thin_product": "thin products", "_part_sum": "thin products",
+    "_prefetch_values": "inputs", "_thin_product": "thin products",
     "_gram": "bases", "_pick": "bases", "_dot": "bases", "_cholesky_pass": "bases", "_inv_norm": "bases",
-    "_orthonormal_cols": "bases", "_replace_dependent": "bases",
-    "_store_operand": "operand rows", "_stack4": "operand rows", "_put_row": "operand rows",
+    "_at_least_0": "bases", "_orthonormal_cols": "bases", "_replace_dependent": "bases",
+    "_store_operand": "operand rows", "_select_rows": "operand rows",
     "_guard_overflow": "tokens", "_mul": "window", "_exponent": "max|S| and S's parts", "_pow2": "max|S| and S's parts",
 }
 # _flush_program: a phase starts at the first line containing its marker (in this order)
@@ -67,8 +67,12 @@ def line_phases() -> dict:
     return phases
 
 
+LIBRARY = "reductions (triton's library code: sums, maxima)"
+
+
 def address_lines(cubin: bytes) -> dict:
-    """SASS address -> the flush_gluon.py line it belongs to (library code: the last kernel line)."""
+    """SASS address -> the flush_gluon.py line it belongs to, or LIBRARY for code inlined from
+    triton's own library (the reductions' combine steps: nvdisasm gives no call site for them)."""
     tool = nvidia_tool("nvdisasm")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
@@ -78,8 +82,7 @@ def address_lines(cubin: bytes) -> dict:
     for ln in out.splitlines():
         m = re.search(r'//## File "(.*?)", line (\d+)', ln)
         if m:
-            if m.group(1).endswith("flush_gluon.py"):
-                own = int(m.group(2))
+            own = int(m.group(2)) if m.group(1).endswith("flush_gluon.py") else LIBRARY
             continue
         m = re.match(r"\s+/\*([0-9a-f]{4,})\*/", ln)
         if m and own:
@@ -107,7 +110,7 @@ def main():
     why = collections.defaultdict(collections.Counter)
     for r in rows[2:]:
         line = table.get(int(r[ix["Address"]], 16) - base)
-        p = phases.get(line, "unmapped")
+        p = LIBRARY if line == LIBRARY else phases.get(line, "unmapped")
         samples[p] += float(r[ix["Warp Stall Sampling (All Samples)"]] or 0)
         executed[p] += float(r[ix["Instructions Executed"]] or 0)
         for h in reasons:

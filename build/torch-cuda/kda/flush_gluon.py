@@ -66,6 +66,8 @@ PLAIN1 = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
 HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [8, 1], [1, 0]))  # [16, N] 16-bit rows
 TOKEN_COPY = gl.constexpr(gl.BlockedLayout([1, 2], [1, 32], [4, 2], [1, 0]))  # [R, N] fp16 tokens
 WORDS = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))  # [N] fp32
+# [8, 8, N] column sums of each warp's 8 row pairs: the 8 in-thread, 4 columns a lane
+PAIR_SUMS = gl.constexpr(gl.BlockedLayout([1, 8, 4], [1, 1, 32], [8, 1, 1], [2, 1, 0]))
 OPERAND = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
 
 
@@ -189,17 +191,25 @@ def _store_operand(x_s, c0, c1, c2, c3):
     x_s.store(gl.where(g < 4, hi, gl.where(g < 8, lo, gl.where(g < 12, mid, 0.0))))
 
 
+# the hardware's fp64 reciprocal square root estimate (~2^-22 relative), no conversions
+RSQRT_F64_ASM = gl.constexpr("rsqrt.approx.ftz.f64 $0, $1;")
+
+
 @gluon.jit
 def _inv_norm(d, NORM_MIN: gl.constexpr):
-    # 1 / max(sqrt(d), NORM_MIN) in fp64 for a scalar d >= 0: the fp32 rsqrt estimate and one
-    # Newton step (2^-22 -> 2^-44, far below the fp32 basis it scales), where d is inside fp32's
-    # normal range
-    if d > 1e-30:
-        y = gl.rsqrt(d.to(gl.float32)).to(gl.float64)
-        y = y * (1.5 - 0.5 * d * y * y)
-    else:
-        y = 1.0 / gl.maximum(gl.sqrt(d), NORM_MIN)
-    return gl.minimum(y, 1.0 / NORM_MIN)
+    # 1 / max(sqrt(d), NORM_MIN) in fp64 for a scalar d >= 0: the estimate and one Newton step
+    # (2^-44, far below the fp32 basis it scales). No branch, so that ptxas can schedule the
+    # back substitution's conversions under the chain of four of these
+    dd = gl.where(d > NORM_MIN * NORM_MIN, d, NORM_MIN * NORM_MIN)
+    y = gl.inline_asm_elementwise(RSQRT_F64_ASM, "=d,d", [dd], dtype=gl.float64, is_pure=True, pack=1)
+    y = y * (1.5 - 0.5 * dd * y * y)
+    return gl.where(y < 1.0 / NORM_MIN, y, 1.0 / NORM_MIN)
+
+
+@gluon.jit
+def _at_least_0(x):
+    # max(x, 0) for a uniform fp64 scalar: a compare and a select (gl.maximum's NaN rules cost more)
+    return gl.where(x > 0.0, x, 0.0)
 
 
 @gluon.jit
@@ -208,19 +218,19 @@ def _cholesky_pass(x0, x1, x2, x3, NORM_MIN: gl.constexpr, DROP: gl.constexpr, S
     # Returns Q's columns and whether a column depends on the earlier ones or is nearly so.
     g00, g01, g02, g03, g11, g12, g13, g22, g23, g33 = _gram(x0, x1, x2, x3)
     # R upper triangular: d_j = r_jj^2 = |column j|^2 after projecting out the earlier ones
-    d0 = gl.maximum(g00, 0.0)
+    d0 = _at_least_0(g00)
     i00 = _inv_norm(d0, NORM_MIN)
     r01 = g01 * i00
     r02 = g02 * i00
     r03 = g03 * i00
-    d1 = gl.maximum(g11 - r01 * r01, 0.0)
+    d1 = _at_least_0(g11 - r01 * r01)
     i11 = _inv_norm(d1, NORM_MIN)
     r12 = (g12 - r01 * r02) * i11
     r13 = (g13 - r01 * r03) * i11
-    d2 = gl.maximum(g22 - r02 * r02 - r12 * r12, 0.0)
+    d2 = _at_least_0(g22 - r02 * r02 - r12 * r12)
     i22 = _inv_norm(d2, NORM_MIN)
     r23 = (g23 - r02 * r03 - r12 * r13) * i22
-    d3 = gl.maximum(g33 - r03 * r03 - r13 * r13 - r23 * r23, 0.0)
+    d3 = _at_least_0(g33 - r03 * r03 - r13 * r13 - r23 * r23)
     i33 = _inv_norm(d3, NORM_MIN)
     # back substitution, column by column, in fp64
     y0 = x0.to(gl.float64) * i00
@@ -271,6 +281,20 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
         if ill:  # ill-conditioned: a second pass restores orthogonality
             q0, q1, q2, q3, dependent, ill = _cholesky_pass(q0, q1, q2, q3, NORM_MIN, DROP, SECOND)
     return q0, q1, q2, q3
+
+
+@gluon.jit
+def _column_sums(x, NN: gl.constexpr):
+    # sums over the rows of x [N, N] (ACC) as [N] in WORDS, in the order gl.sum(x, axis=0) adds
+    # them (the same bits), for a third of its instructions: the accumulator spreads a column over
+    # 8 lanes, and reducing there takes 3 shuffle rounds on all 32 of a thread's columns. Here a
+    # thread adds its two rows, one exchange inside each warp puts the warp's 8 row pairs of 4
+    # columns in a thread, which adds them in the shuffle tree's order ((r0 + r4) + (r2 + r6)) +
+    # ((r1 + r5) + (r3 + r7)), and the 8 warps' sums meet in shared memory as before.
+    p = gl.sum(gl.reshape(x, [8, 2, 8, NN]), axis=1)  # row 16 w + 8 h + r: (w, h, r)
+    p = gl.reshape(gl.convert_layout(p, PAIR_SUMS), [8, 2, 2, 2, NN])  # r = 4 a + 2 b + c
+    p = gl.sum(gl.sum(gl.sum(p, axis=1), axis=1), axis=1)
+    return gl.convert_layout(gl.sum(p, axis=0), WORDS)
 
 
 @gluon.jit
@@ -447,7 +471,7 @@ def _flush_program(
 
     # smoothing scales; the fast sqrt is within 1 ulp, and the codes use the stored scales
     # per column once (one thread each), not in the 64 threads that hold a column of E
-    mean_k = gl.convert_layout(gl.sum(gl.abs(e), axis=0) * (1.0 / NV), WORDS)
+    mean_k = _column_sums(gl.abs(e), NV) * (1.0 / NV)
     s_k_new = gl.maximum(gl.sqrt(mean_k), SCALE_MIN)
     inv_k = gl.convert_layout(gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN), COLS)  # no divisions
     e = e * inv_k[None, :]  # |E| / s_k, the row scale's argument
