@@ -66,8 +66,11 @@ PLAIN1 = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
 HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [8, 1], [1, 0]))  # [16, N] 16-bit rows
 TOKEN_COPY = gl.constexpr(gl.BlockedLayout([1, 2], [1, 32], [4, 2], [1, 0]))  # [R, N] fp16 tokens
 WORDS = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))  # [N] fp32
-# [8, 8, N] column sums of each warp's 8 row pairs: the 8 in-thread, 4 columns a lane
-PAIR_SUMS = gl.constexpr(gl.BlockedLayout([1, 8, 4], [1, 1, 32], [8, 1, 1], [2, 1, 0]))
+# [64, N] partial column sums, row 8 w + r for warp w's row pair r: a column's 64 partials in
+# two lanes of one warp (w's lowest bit on the lane), 32 in each thread
+COLUMN_PARTIALS = gl.constexpr(gl.DistributedLinearLayout(
+    reg_bases=[[1, 0], [2, 0], [4, 0], [16, 0], [32, 0]], lane_bases=[[8, 0], [0, 1], [0, 2], [0, 4], [0, 8]],
+    warp_bases=[[0, 16], [0, 32], [0, 64]], block_bases=[], shape=[64, 128]))
 OPERAND = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
 
 
@@ -285,16 +288,18 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
 
 @gluon.jit
 def _column_sums(x, NN: gl.constexpr):
-    # sums over the rows of x [N, N] (ACC) as [N] in WORDS, in the order gl.sum(x, axis=0) adds
-    # them (the same bits), for a third of its instructions: the accumulator spreads a column over
-    # 8 lanes, and reducing there takes 3 shuffle rounds on all 32 of a thread's columns. Here a
-    # thread adds its two rows, one exchange inside each warp puts the warp's 8 row pairs of 4
-    # columns in a thread, which adds them in the shuffle tree's order ((r0 + r4) + (r2 + r6)) +
-    # ((r1 + r5) + (r3 + r7)), and the 8 warps' sums meet in shared memory as before.
+    # Sums over the rows of x [N, N] (ACC), in the order gl.sum(x, axis=0) adds them (the same
+    # bits) for a fraction of its instructions and barriers: the accumulator spreads a column
+    # over 8 lanes and 8 warps, and gl.sum reduces it by 3 shuffle rounds on all 32 of a thread's
+    # columns, then a cross-warp stage. Here a thread adds its two rows, one exchange through
+    # shared memory gives each column's 64 partials to two lanes of a warp, which add them in
+    # the shuffle tree's order ((r0 + r4) + (r2 + r6)) + ((r1 + r5) + (r3 + r7)) and then over
+    # the warps in the cross-warp stage's, the last step one shuffle.
     p = gl.sum(gl.reshape(x, [8, 2, 8, NN]), axis=1)  # row 16 w + 8 h + r: (w, h, r)
-    p = gl.reshape(gl.convert_layout(p, PAIR_SUMS), [8, 2, 2, 2, NN])  # r = 4 a + 2 b + c
-    p = gl.sum(gl.sum(gl.sum(p, axis=1), axis=1), axis=1)
-    return gl.convert_layout(gl.sum(p, axis=0), WORDS)
+    p = gl.convert_layout(gl.reshape(p, [64, NN]), COLUMN_PARTIALS)
+    p = gl.reshape(p, [2, 2, 2, 2, 2, 2, NN])  # w = 4 w2 + 2 w1 + w0, r = 4 r2 + 2 r1 + r0
+    p = gl.sum(gl.sum(gl.sum(p, axis=3), axis=3), axis=3)
+    return gl.sum(gl.sum(gl.sum(p, axis=0), axis=0), axis=0)
 
 
 @gluon.jit
@@ -483,7 +488,7 @@ def _flush_program(
 
     gl.store(codes_out + slot * C_SLOT + head * C_HEAD + vb[:, None] * NK + kb[None, :],
              gl.convert_layout(codes_new, BYTES))
-    gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + kn, s_k_new)
+    gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + gl.arange(0, NK, layout=s_k_new.type.layout), s_k_new)
     gl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + v, s_v_new)
     nn = gl.arange(0, NK, layout=gl.SliceLayout(0, STACK16))[None, :]
     gl.store(u_out + slot * U_SLOT + head * U_HEAD + jn * U_ROW + nn, u_new, mask=jn < NR)
