@@ -8,8 +8,10 @@ shared memory; the subspace products read ``S`` once stored in shared memory as 
 bases come from a Cholesky QR whose 4 x 4 Gram matrix is summed in fp64, so a basis costs one
 reduction (shared out over the warps) instead of one per Gram-Schmidt step; the bf16 parts are
 split in fp32 arithmetic, since Hopper runs conversion instructions at a fraction of the fp32
-rate; the next program's inputs are copied into a staging area (cp.async) while the current one
-computes.
+rate; the next program's inputs are copied (cp.async) into a staging area, its window values
+straight into the rebuild's operand, while the current one computes; the column sums of |E| take
+one exchange through shared memory, in the order gl.sum would add them, instead of three shuffle
+rounds and a cross-warp stage.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
