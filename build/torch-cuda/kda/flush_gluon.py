@@ -5,8 +5,9 @@ The same phases as the portable Triton kernel (``flush.py``), with the layouts c
 the rebuild and the residual are wgmma products whose small operands (window, tokens) sit in
 shared memory; the subspace products read ``S`` once stored in shared memory as three bf16 parts
 (the transposed products through the operand descriptor, no register copies); the orthonormal
-bases come from a Cholesky QR whose 4 x 4 Gram matrix is summed in fp64, so a basis costs one
-reduction (shared out over the warps) instead of one per Gram-Schmidt step; the bf16 parts are
+bases come from a Cholesky QR whose 4 x 4 Gram matrix is summed in fp64, so a pass costs one
+reduction (shared out over the warps) instead of one per Gram-Schmidt step (qv gets a second
+pass when ill-conditioned, dependent columns a Gram-Schmidt fallback); S's three bf16 parts are
 split in fp32 arithmetic, since Hopper runs conversion instructions at a fraction of the fp32
 rate; the next program's inputs are copied (cp.async) into a staging area, its window values
 straight into the rebuild's operand, while the current one computes; the column sums of |E| take
@@ -35,7 +36,7 @@ from .geometry import DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR
 
 VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API this module was compiled and run with
 NUM_WARPS = 8  # two warpgroups: each holds 64 rows of S
-THIN = gl.constexpr(16)  # thin products: the hi, mid and lo parts of a [N, R] operand side by side (N >= 16)
+THIN = gl.constexpr(16)  # thin products' columns: a [N, R] operand's hi, lo and mid parts and R zeros
 PARTS = gl.constexpr(3)  # bf16 parts of each fp32 operand in the subspace products: ~2^-24 relative
 # Cholesky QR keeps |Q^T Q - I| ~ eps64 cond^2; a pivot below this fraction of its column
 # (cond above ~1e4) gets a second pass so the basis stays orthonormal to fp32 accuracy
@@ -43,7 +44,7 @@ SECOND_PASS_BELOW = 1e-8
 
 # S [V, K] fp32 across 8 warps: each warpgroup holds 64 rows (wgmma m64n128)
 ACC = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]))
-# thin products [N, THIN]: S^T x or S x for the R columns of x, its hi, mid and lo parts side by side
+# thin products [N, THIN]: S^T x or S x for the R columns of x, its hi, lo and mid parts side by side
 ACC_THIN = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, THIN, 16]))
 ROWS = gl.constexpr(gl.SliceLayout(1, ACC))  # a [V] vector along S's rows
 COLS = gl.constexpr(gl.SliceLayout(0, ACC))  # a [K] vector along S's columns
@@ -60,14 +61,13 @@ BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0]))
 TOKENS = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [8, 1], [1, 0]))  # [16, N] token block
 # [slots, H] due flags: a warp reads whole 128-byte rows (16 bytes a thread), four slots a load
 FLAGS = gl.constexpr(gl.BlockedLayout([1, 4], [4, 8], [8, 1], [1, 0]))
-SLOT_LIST = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))  # [slots] due counts
 PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
 PLAIN1 = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
 # the next program's inputs are copied (cp.async, 16 bytes a thread where rows allow) into a
 # staging area while this one computes
 HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [8, 1], [1, 0]))  # [16, N] 16-bit rows
 TOKEN_COPY = gl.constexpr(gl.BlockedLayout([1, 2], [1, 32], [4, 2], [1, 0]))  # [R, N] fp16 tokens
-WORDS = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))  # [N] fp32
+WORDS = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))  # [N] fp32 (and the flag scan's [slots] due counts)
 # [64, N] partial column sums, row 8 w + r for warp w's row pair r: a column's 64 partials in
 # two lanes of one warp (w's lowest bit on the lane), 32 in each thread
 COLUMN_PARTIALS = gl.constexpr(gl.DistributedLinearLayout(
@@ -297,6 +297,7 @@ def _column_sums(x, NN: gl.constexpr):
     # shared memory gives each column's 64 partials to two lanes of a warp, which add them in
     # the shuffle tree's order ((r0 + r4) + (r2 + r6)) + ((r1 + r5) + (r3 + r7)) and then over
     # the warps in the cross-warp stage's, the last step one shuffle.
+    gl.static_assert(NN == 128)  # COLUMN_PARTIALS' shape
     p = gl.sum(gl.reshape(x, [8, 2, 8, NN]), axis=1)  # row 16 w + 8 h + r: (w, h, r)
     p = gl.convert_layout(gl.reshape(p, [64, NN]), COLUMN_PARTIALS)
     p = gl.reshape(p, [2, 2, 2, 2, 2, 2, NN])  # w = 4 w2 + 2 w1 + w0, r = 4 r2 + 2 r1 + r0
@@ -477,7 +478,7 @@ def _flush_program(
     e = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, s)
 
     # smoothing scales; the fast sqrt is within 1 ulp, and the codes use the stored scales
-    # per column once (one thread each), not in the 64 threads that hold a column of E
+    # per column once (in the two lanes that hold its sum), not in the 64 threads that hold a column of E
     mean_k = _column_sums(gl.abs(e), NV) * (1.0 / NV)
     s_k_new = gl.maximum(gl.sqrt(mean_k), SCALE_MIN)
     inv_k = gl.convert_layout(gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN), COLS)  # no divisions
@@ -504,7 +505,7 @@ def _flush_program(
 
 @gluon.jit
 def _set_up_cta(q0, q0_s, st_u, st_q, NV: gl.constexpr, NR: gl.constexpr):
-    # once per CTA: q0 [V, R] as the (hi^T; mid^T; lo^T) rows of a thin operand, and the token
+    # once per CTA: q0 [V, R] as the (hi^T; lo^T; mid^T; 0) rows of a thin operand, and the token
     # rows from R on of the staging area zero (the copies write rows below R only)
     vq = gl.arange(0, NV, layout=VEC)
     _store_operand(q0_s, gl.load(q0 + vq * NR + 0), gl.load(q0 + vq * NR + 1),
@@ -574,7 +575,7 @@ def _flush_kernel(
             found = gl.sum(per_slot, axis=0)
             if found > 0:  # the rank scan only where something is due
                 # Triton scans only blocked layouts: the slot totals go through one for the prefix
-                flat = gl.convert_layout(per_slot, SLOT_LIST)
+                flat = gl.convert_layout(per_slot, WORDS)
                 before = gl.convert_layout(gl.associative_scan(flat, 0, _add) - flat, gl.SliceLayout(1, FLAGS))
                 rank = count + before[:, None] + gl.associative_scan(due, 1, _add) - 1
                 gl.store(mine + rank // G, slots[:, None] * NH + hd[None, :], mask=(due != 0) & (rank % G == pid))
