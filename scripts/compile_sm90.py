@@ -47,16 +47,24 @@ def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None, mo
 
 def compile_gluon(in_place: bool):
     """The Gluon kernel compiled for sm_90a (raises where this triton's Gluon API differs)."""
+    from leapquant.kda import flush_gluon as fg
+
+    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "TILE": flush.FLAG_TILE, "CTAS": H200_SMS, **fg._CONSTANTS}
+    return compile_gluon_kernel(fg._flush_kernel, consts)
+
+
+def compile_gluon_kernel(fn, consts: dict):
+    """A Gluon kernel of the flush's argument names (POINTERS) compiled for sm_90a; ``consts``
+    gives its constexprs (entries it does not take are ignored)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from leapquant.kda import flush_gluon as fg
 
-    params = [p.name for p in fg._flush_kernel.params]
-    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "TILE": flush.FLAG_TILE, "CTAS": H200_SMS, **fg._CONSTANTS}
+    params = [p.name for p in fn.params]
     sig = {name: POINTERS.get(name, "constexpr") for name in params}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params)
              if n in POINTERS and n not in ("q0", "idx", "picks", "num_programs", "pick_stride")}
-    src = GluonASTSource(fg._flush_kernel, sig, constexprs={(params.index(k),): v for k, v in consts.items()},
+    src = GluonASTSource(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params},
                          attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": fg.NUM_WARPS})
 

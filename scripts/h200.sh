@@ -2,9 +2,10 @@
 # The one H200 run: GPU tests (both kernels), accuracy on every batch size and benchmark of each
 # kernel. Full logs under $OUT (./out when unset): the text logs in one file, h200.log, beside the
 # JSON, markdown and figure outputs, so that few files carry everything; a short table last.
-#   bash scripts/h200.sh [--sweep] [--ncu] [--precision] [--kernels-hub]
+#   bash scripts/h200.sh [--sweep] [--ncu] [--precision] [--bytes-only] [--kernels-hub]
 # --kernels-hub: the Hugging Face `kernels` loading tests and README's snippet (needs `kernels`
 # importable, e.g. from wheels installed to a folder on PYTHONPATH)
+# --bytes-only: the Gluon kernel's data path without its math, against the floor (scripts/bytes_only.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -29,7 +30,9 @@ for opt in "$@"; do
            grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|Compute \(SM\)|Issue Slots Busy|No Eligible|Stall|Block Limit" "$OUT/ncu.txt" | head -40
            # cycles per phase (the default kernel must be the Gluon one; 64 sequences = 2048 programs)
            dur=$(grep -m1 " Duration " "$OUT/ncu.txt" | awk '{v=$NF; if ($(NF-1)=="ms") v*=1000; print v}')
-           python3 scripts/ncu_phases.py "$OUT/sass.csv" "$dur" 2048 | tee "$OUT/ncu_phases.md" ;;
+           python3 scripts/ncu_phases.py "$OUT/sass.csv" "$dur" 2048 --opcodes 6 | tee "$OUT/ncu_phases.md" ;;
+    --bytes-only) python3 scripts/bytes_only.py > "$OUT/bytes_only.log" 2>&1
+                  echo "data path alone:"; grep -E "copy bandwidth|bytes-only ms|^ *[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$|differs|Error" "$OUT/bytes_only.log" ;;
     --precision) python3 -m leapquant.precision --json "$OUT/precision.json" --markdown "$OUT/precision.md" \
                    --histogram "$OUT/precision.png" > "$OUT/precision.log" 2>&1
                  echo "precision report: exit $?" ;;
@@ -41,6 +44,6 @@ grep -A8 "stress families" "$OUT/bench_triton.log"
 echo "default kernel:"
 python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 24
 # one text log (the device machine returns a handful of files)
-for f in env.txt pytest_gpu.log kernels_hub.log sweep.log ncu_run.log ncu.txt precision.log bench_triton.log bench.log; do
+for f in env.txt pytest_gpu.log kernels_hub.log sweep.log ncu_run.log ncu.txt bytes_only.log precision.log bench_triton.log bench.log; do
   if [ -f "$OUT/$f" ]; then echo "===== $f"; cat "$OUT/$f"; rm "$OUT/$f"; fi
 done > "$OUT/h200.log"

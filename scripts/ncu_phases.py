@@ -11,7 +11,9 @@ phase of its source line: helpers by function, `_flush_program` by its phase com
 Instructions inlined from triton's own library (the reductions' combine steps) form a row of
 their own: the line table gives no call site for them. Prints a markdown table: share of stall
 samples, cycles per program per SM (share x duration x SM clock / programs per SM), share of
-executed instructions, instructions per warp, top stall reasons.
+executed instructions, instructions per warp, top stall reasons. With --opcodes, a second table:
+per phase, the executed instructions per warp and program by SASS opcode (the generated code's
+mix: what a phase spends its issue slots on).
 """
 
 import argparse
@@ -96,6 +98,7 @@ def main():
     ap.add_argument("duration_us", type=float)
     ap.add_argument("programs", type=int)
     ap.add_argument("--in-place", action="store_true", help="the launch was a pool call")
+    ap.add_argument("--opcodes", type=int, default=0, metavar="N", help="also the N most executed opcodes per phase")
     args = ap.parse_args()
     phases = line_phases()
     table = address_lines(compile_gluon(args.in_place).asm["cubin"])
@@ -108,11 +111,15 @@ def main():
     reasons = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
     samples, executed = collections.Counter(), collections.Counter()
     why = collections.defaultdict(collections.Counter)
+    ops = collections.defaultdict(collections.Counter)
     for r in rows[2:]:
         line = table.get(int(r[ix["Address"]], 16) - base)
         p = LIBRARY if line == LIBRARY else phases.get(line, "unmapped")
         samples[p] += float(r[ix["Warp Stall Sampling (All Samples)"]] or 0)
         executed[p] += float(r[ix["Instructions Executed"]] or 0)
+        m = re.match(r"\s*(@!?U?P\w+\s+)?([A-Z0-9_]+)", r[ix["Source"]])
+        if m:
+            ops[p][m.group(2)] += float(r[ix["Instructions Executed"]] or 0)
         for h in reasons:
             why[p][h[len("stall_"):]] += float(r[ix[h]] or 0)
     total_s, total_e = sum(samples.values()), sum(executed.values())
@@ -124,6 +131,13 @@ def main():
         top = ", ".join(f"{k} {v / s * 100:.0f}%" for k, v in why[p].most_common(2)) if s else ""
         print(f"| {p} | {s / total_s * 100:.1f}% | {s / total_s * cycles:,.0f} | {executed[p] / total_e * 100:.1f}% "
               f"| {executed[p] / args.programs / NUM_WARPS:,.0f} | {top} |")
+    if args.opcodes:
+        per_warp = args.programs * NUM_WARPS
+        print(f"\n| phase | per warp | {args.opcodes} most executed opcodes (per warp and program) |")
+        print("|---|---:|---|")
+        for p, e in executed.most_common():
+            mix = ", ".join(f"{k} {v / per_warp:,.0f}" for k, v in ops[p].most_common(args.opcodes))
+            print(f"| {p} | {e / per_warp:,.0f} | {mix} |")
 
 
 if __name__ == "__main__":

@@ -14,14 +14,18 @@ flush_gluon = pytest.importorskip("leapquant.kda.flush_gluon")
 pytestmark = pytest.mark.skipif(triton.__version__ not in flush_gluon.VERIFIED_TRITON,
                                 reason=f"Gluon kernel verified with triton {flush_gluon.VERIFIED_TRITON}")
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "compile_sm90.py")
+SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
 
 
-def _compile_sm90():
-    spec = importlib.util.spec_from_file_location("compile_sm90", SCRIPT)
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(SCRIPTS, f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _compile_sm90():
+    return _script("compile_sm90")
 
 
 @pytest.mark.parametrize("in_place", [False, True], ids=["functional", "pool"])
@@ -30,6 +34,16 @@ def test_gluon_kernel_compiles_for_sm90a_with_wgmma_and_fits_shared_memory(in_pl
     assert "wgmma.mma_async" in k.asm["ptx"]
     assert "cp.async" in k.asm["ptx"]  # the next program's inputs are staged
     assert k.metadata.shared <= 227 * 1024  # an H100/H200 block's shared-memory limit
+
+
+def test_bytes_only_probe_compiles_with_the_kernels_staging():
+    # scripts/bytes_only.py: the flush kernel's copies and stores without its math
+    probe = _script("bytes_only")
+    c = _compile_sm90()
+    k = c.compile_gluon_kernel(probe._move_bytes_kernel, {**c.DENSE_STRIDES, **flush_gluon._CONSTANTS,
+                                                          "CTAS": c.H200_SMS})
+    assert "cp.async" in k.asm["ptx"]
+    assert "wgmma" not in k.asm["ptx"]
 
 
 def test_gluon_is_never_chosen_off_hopper():

@@ -1,0 +1,130 @@
+"""What the Gluon kernel's data path reaches without its math (issue 9's first step): a Gluon
+kernel with the flush kernel's own staging (``_prefetch``, ``_prefetch_values``: cp.async one
+program ahead, into the same shared-memory buffers) and its stores (the checkpoint, 16-byte rows
+of codes, and the window resets), and nothing between. Every byte of SPEC section 9's floor moves:
+the old checkpoint, window and gates in; the new checkpoint and the resets out (the codes, scales
+and tokens written back as they were read).
+
+    python scripts/bytes_only.py [--batch-sizes 16,512]
+
+Timing as ``leapquant.bench``: the profiler's kernel time, 4 warm-up and 16 timed calls, median,
+L2-cold (8 input sets in rotation); the floor from the copy bandwidth measured in the same run.
+Needs an sm_90 GPU and a triton in ``flush_gluon.VERIFIED_TRITON``.
+"""
+
+import argparse
+import statistics
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import async_copy
+
+from leapquant.bench import SETS, TIMED, WARMUP, copy_bandwidth, kernel_times_ms
+from leapquant.kda import inputs
+from leapquant.kda import flush_gluon as fg
+from leapquant.kda.flush import _resident_ctas, _strides
+from leapquant.kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
+from leapquant.report import environment, parse_sizes
+
+NAME = "_move_bytes_kernel"
+
+
+@gluon.jit
+def _move_bytes_kernel(
+    codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+    kbuf, ubuf, gbuf, w, pcum, ones, num_programs,
+    C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
+    SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
+    U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
+    Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
+    CTAS: gl.constexpr, NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr,
+    NR: gl.constexpr,
+):
+    pid = gl.program_id(0)
+    win_s = gl.allocate_shared_memory(gl.bfloat16, [2 * NL, NV], fg.OPERAND)
+    stage = (gl.allocate_shared_memory(gl.int8, [NV, NK], fg.PLAIN),
+             gl.allocate_shared_memory(gl.float16, [NL, NK], fg.PLAIN),
+             gl.allocate_shared_memory(gl.bfloat16, [NL, NK], fg.PLAIN),
+             gl.allocate_shared_memory(gl.float16, [16, NK], fg.PLAIN),
+             gl.allocate_shared_memory(gl.float16, [16, NV], fg.PLAIN),
+             gl.allocate_shared_memory(gl.float32, [NK], fg.PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], fg.PLAIN1),
+             gl.allocate_shared_memory(gl.float32, [NV], fg.PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], fg.PLAIN1),
+             gl.allocate_shared_memory(gl.float32, [NK], fg.PLAIN1))
+    st_codes, st_gbuf, st_kbuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
+    vb = gl.arange(0, NV, layout=gl.SliceLayout(1, fg.BYTES))[:, None]
+    kb = gl.arange(0, NK, layout=gl.SliceLayout(0, fg.BYTES))[None, :]
+    n = gl.arange(0, NK, layout=fg.WORDS)
+    jr = gl.arange(0, NR, layout=gl.SliceLayout(1, fg.TOKEN_COPY))[:, None]
+    nr = gl.arange(0, NK, layout=gl.SliceLayout(0, fg.TOKEN_COPY))[None, :]
+    jw = gl.arange(0, NL, layout=gl.SliceLayout(1, fg.WIN))
+    kw = gl.arange(0, NK, layout=gl.SliceLayout(0, fg.WIN))
+    if pid < num_programs:
+        fg._prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
+                     gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD,
+                     U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+        fg._prefetch_values((pid // NH).to(gl.int64), pid % NH, win_s, ubuf, NH, NV, NL)
+    for c in range(pid, num_programs, CTAS):
+        slot = (c // NH).to(gl.int64)
+        head = c % NH
+        prog = slot * NH + head
+        async_copy.wait_group(0)
+        gl.thread_barrier()  # every thread's copies have landed
+        codes = st_codes.load(fg.BYTES)
+        sk = st_sk.load(fg.WORDS)
+        sv = st_sv.load(fg.WORDS)
+        u = st_u.slice(0, NR).load(fg.TOKEN_COPY)
+        q = st_q.slice(0, NR).load(fg.TOKEN_COPY)
+        gl.thread_barrier()  # the staging area is free again
+        nxt = c + CTAS
+        if nxt < num_programs:
+            fg._prefetch((nxt // NH).to(gl.int64), nxt % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf,
+                         ubuf, gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT,
+                         U_HEAD, U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+            fg._prefetch_values((nxt // NH).to(gl.int64), nxt % NH, win_s, ubuf, NH, NV, NL)
+        gl.store(codes_out + slot * C_SLOT + head * C_HEAD + vb * NK + kb, codes)
+        gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + n, sk)
+        gl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + n, sv)
+        gl.store(u_out + slot * U_SLOT + head * U_HEAD + jr * U_ROW + nr, u)
+        gl.store(q_out + slot * Q_SLOT + head * Q_HEAD + jr * Q_ROW + nr, q)
+        gl.store(w + prog * NL + jw, gl.zeros([NL], gl.float32, gl.SliceLayout(1, fg.WIN)))
+        gl.store(gbuf + prog * (NL * NK) + jw[:, None] * NK + kw[None, :], gl.full([NL, NK], 1.0, gl.float16, fg.WIN))
+        gl.store(pcum + prog * NK + n, gl.zeros([NK], gl.float32, fg.WORDS))
+
+
+def launch(x: dict, out: list):
+    ckpt_in = [x[a] for a in inputs.CHECKPOINT_ARGS]
+    num_programs = ckpt_in[0].shape[0] * H
+    grid = (_resident_ctas(x["q0"].device),)
+    c = fg._CONSTANTS
+    _move_bytes_kernel[grid](
+        *ckpt_in, *out, *(x[a] for a in inputs.WINDOW_ARGS), fg._ones(x["q0"].device), num_programs,
+        **_strides(*ckpt_in), CTAS=grid[0], NH=c["NH"], NV=c["NV"], NK=c["NK"], NL=c["NL"], NR=c["NR"],
+        num_warps=fg.NUM_WARPS)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch-sizes", default="16,32,64,128,256,512")
+    args = ap.parse_args()
+    device = torch.device("cuda")
+    print(NAME, environment(device))
+    bw = copy_bandwidth(device)
+    print(f"copy bandwidth {bw / 1e9:.0f} GB/s (read + write); floor = {FLOOR_BYTES_PER_PROGRAM} B/program / bandwidth")
+    print("  B  bytes-only ms  floor ms  x floor")
+    for B in parse_sizes(args.batch_sizes):
+        sets = [inputs.make("random", B, device, seed=3000 + s) for s in range(SETS)]
+        outs = [[torch.empty_like(x[a]) for a in inputs.CHECKPOINT_ARGS] for x in sets]
+        times = kernel_times_ms(lambda i: launch(sets[i % SETS], outs[i % SETS]), WARMUP + TIMED, NAME)[WARMUP:]
+        ms = statistics.median(times)
+        floor_ms = B * H * FLOOR_BYTES_PER_PROGRAM / bw * 1e3
+        print(f"{B:3d}  {ms:13.4f}  {floor_ms:8.4f}  {ms / floor_ms:7.2f}")
+        x, o = sets[0], outs[0]
+        same = all(torch.equal(x[a], t) for a, t in zip(inputs.CHECKPOINT_ARGS, o))
+        if not same:
+            raise SystemExit("bytes-only kernel: the checkpoint written differs from the one read")
+        del sets, outs
+
+
+if __name__ == "__main__":
+    main()
