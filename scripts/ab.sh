@@ -1,38 +1,55 @@
 #!/usr/bin/env bash
-# A/B of kernel versions in one device call (NOTES items 43-55): each version's package copied
-# to ab/<name>/leapquant (an untracked folder in the checkout, so the device run carries it;
-# delete it before committing). Run from the repository root:
+# A/B of kernel versions in one device call (NOTES items 43-56). Each version's package is a copy
+# of src/leapquant at ab/<name>/leapquant: an untracked folder in the checkout, so that the device
+# run carries it (delete it before committing). Run from the repository root:
 #   bash scripts/ab.sh BASE CANDIDATE [CANDIDATE ...]
-# 1. scripts/compare_outputs.py: every candidate's run() outputs against BASE's, bit for bit (B=512)
-# 2. the GPU tests on every candidate
+# 1. scripts/compare_outputs.py: each candidate's run() outputs against BASE's, bit for bit (B=512)
+# 2. the GPU tests on each candidate
 # 3. python -m leapquant.bench --batch-sizes 16,512 for BASE and the candidates, interleaved twice
-# Logs under $OUT (the bench output of all versions in one file, ab.log); a summary table last.
+# Logs under $OUT (the bench output of every version in ab.log, its figures in ab_<name>_<rep>.json);
+# a summary table last. Exits 1 when a version folder is missing or BASE's outputs cannot be saved.
 set -u
+cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
-R=$PWD/ab
-OUT=${OUT:-out}; mkdir -p "$OUT"
-base=$1; shift
-L=$OUT/ab.log
-PYTHONPATH=$R/$base python3 scripts/compare_outputs.py save /tmp/base.pt --batch-size 512 > $OUT/cmp_save.log 2>&1; echo "save rc $?"
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+versions=$PWD/ab
+base=$1
+shift
+for v in "$base" "$@"; do
+  [ -d "$versions/$v/leapquant" ] || { echo "no package at ab/$v/leapquant"; exit 1; }
+done
+saved=$(mktemp --suffix=.pt)
+PYTHONPATH=$versions/$base python3 scripts/compare_outputs.py save "$saved" --batch-size 512 > "$OUT/cmp_save.log" 2>&1 \
+  || { echo "saving $base's outputs failed:"; tail -n 5 "$OUT/cmp_save.log"; exit 1; }
 for v in "$@"; do
-  PYTHONPATH=$R/$v python3 scripts/compare_outputs.py compare /tmp/base.pt > $OUT/cmp_$v.log 2>&1; echo "compare $v rc $?"; tail -n 10 $OUT/cmp_$v.log
+  PYTHONPATH=$versions/$v python3 scripts/compare_outputs.py compare "$saved" > "$OUT/cmp_$v.log" 2>&1
+  echo "compare $v against $base: exit $?"
+  tail -n 10 "$OUT/cmp_$v.log"
 done
 for v in "$@"; do
-  PYTHONPATH=$R/$v timeout 200 python3 -m pytest -q -m gpu tests/ -x > $OUT/pytest_$v.log 2>&1; echo "pytest $v: $(tail -n 1 $OUT/pytest_$v.log)"
+  PYTHONPATH=$versions/$v timeout 200 python3 -m pytest -q -m gpu tests/ -x > "$OUT/pytest_$v.log" 2>&1
+  echo "GPU tests $v: $(tail -n 1 "$OUT/pytest_$v.log")"
 done
+: > "$OUT/ab.log"
 for rep in 1 2; do
-  for v in $base "$@"; do
-    echo "== $v $rep" >> $L
-    PYTHONPATH=$R/$v python3 -m leapquant.bench --batch-sizes 16,512 >> $L 2>&1
+  for v in "$base" "$@"; do
+    echo "== $v $rep $(PYTHONPATH=$versions/$v python3 -c 'import leapquant; print(leapquant.__file__)')" >> "$OUT/ab.log"
+    PYTHONPATH=$versions/$v python3 -m leapquant.bench --batch-sizes 16,512 --json "$OUT/ab_${v}_$rep.json" >> "$OUT/ab.log" 2>&1
   done
 done
-python3 - "$L" <<'PY'
-import re,sys
-cur=None
-for line in open(sys.argv[1]):
-    if line.startswith("=="): cur=line.strip(); continue
-    m=re.match(r"\s*(16|512)\s+\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+(PASS|FAIL)\s+(\S+)\s+\S+\s+(\S+)",line)
-    if m: print(cur,"B",m.group(1),m.group(2),m.group(3),"ms x",m.group(4))
-    m=re.match(r"\s*(nothing due|1 in 16 due)\s+\d+\s+(\S+)",line)
-    if m: print(cur,m.group(1),m.group(2))
+python3 - "$OUT" "$base" "$@" <<'PY'
+import json, sys
+out, names = sys.argv[1], sys.argv[2:]
+print("version rep  all PASS  B=16 ms (x floor)  B=512 ms (x floor)  nothing due ms  1 in 16 due ms")
+for rep in (1, 2):
+    for name in names:
+        d = json.load(open(f"{out}/ab_{name}_{rep}.json"))
+        rows = {r["batch_size"]: r for r in d["rows"]}
+        steady = [s["median_ms"] for s in d["steady_state"]]
+        cells = [f"{rows[b]['flush']['median_ms']:.4f} ({rows[b]['flush']['median_ms'] / rows[b]['floor_ms']:.2f})"
+                 for b in (16, 512)]
+        ok = all(r["ok"] for r in d["rows"])
+        print(f"{name:7s} {rep:3d}  {str(ok):8s}  {cells[0]:>17s}  {cells[1]:>18s}  {steady[0]:14.4f}  {steady[1]:14.4f}")
 PY
+rm -f "$saved"

@@ -1,15 +1,20 @@
 """What the Gluon kernel's data path reaches without its math (issue 9's first step): a Gluon
-kernel with the flush kernel's own staging (``_prefetch``, ``_prefetch_values``: cp.async one
-program ahead, into the same shared-memory buffers) and its stores (the checkpoint, 16-byte rows
-of codes, and the window resets), and nothing between. Every byte of SPEC section 9's floor moves:
-the old checkpoint, window and gates in; the new checkpoint and the resets out (the codes, scales
-and tokens written back as they were read).
+kernel made of the flush kernel's own staging (``_prefetch``, ``_prefetch_values``: cp.async one
+program ahead, into the same shared-memory buffers) and its stores (``_store_checkpoint``,
+``_reset_window``), with nothing between: the staged checkpoint is stored as it was read. It moves
+the bytes the flush kernel moves: the old checkpoint, window and gates in, the new checkpoint and
+the resets out. That is SPEC section 9's floor less 256 B a program: neither kernel reads gbuf's
+first row, whose gates no window entry needs.
 
     python scripts/bytes_only.py [--batch-sizes 16,512]
 
-Timing as ``leapquant.bench``: the profiler's kernel time, 4 warm-up and 16 timed calls, median,
-L2-cold (8 input sets in rotation); the floor from the copy bandwidth measured in the same run.
-Needs an sm_90 GPU and a triton in ``flush_gluon.VERIFIED_TRITON``.
+Timing as in ``leapquant.bench`` (the profiler's kernel time, 4 warm-up and 16 timed calls,
+median, L2-cold with 8 input sets in rotation, the floor from the copy bandwidth measured in the
+same run), but of a functional launch over dense tensors: one CTA per SM striding over all
+B x H programs, as ``run`` does. The bench times pool calls, which first scan the due flags
+(nothing due at B=512 costs ~0.004 ms) and read the pool's strided layout. Needs an sm_90 GPU and a
+triton in ``flush_gluon.VERIFIED_TRITON``; exits with status 1 if the checkpoint written differs from the one read or
+a window is not reset.
 """
 
 import argparse
@@ -21,7 +26,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy
 
 from leapquant.bench import SETS, TIMED, WARMUP, copy_bandwidth, kernel_times_ms
-from leapquant.kda import inputs
+from leapquant.kda import inputs, kernel
 from leapquant.kda import flush_gluon as fg
 from leapquant.kda.flush import _resident_ctas, _strides
 from leapquant.kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
@@ -52,13 +57,10 @@ def _move_bytes_kernel(
              gl.allocate_shared_memory(gl.float32, [NV], fg.PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], fg.PLAIN1),
              gl.allocate_shared_memory(gl.float32, [NK], fg.PLAIN1))
     st_codes, st_gbuf, st_kbuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
-    vb = gl.arange(0, NV, layout=gl.SliceLayout(1, fg.BYTES))[:, None]
-    kb = gl.arange(0, NK, layout=gl.SliceLayout(0, fg.BYTES))[None, :]
-    n = gl.arange(0, NK, layout=fg.WORDS)
-    jr = gl.arange(0, NR, layout=gl.SliceLayout(1, fg.TOKEN_COPY))[:, None]
-    nr = gl.arange(0, NK, layout=gl.SliceLayout(0, fg.TOKEN_COPY))[None, :]
-    jw = gl.arange(0, NL, layout=gl.SliceLayout(1, fg.WIN))
-    kw = gl.arange(0, NK, layout=gl.SliceLayout(0, fg.WIN))
+    # the token rows from R on stay zero, as in the flush kernel's _set_up_cta
+    st_u.store(gl.zeros([16, NK], gl.float16, fg.HALVES))
+    st_q.store(gl.zeros([16, NV], gl.float16, fg.HALVES))
+    gl.thread_barrier()
     if pid < num_programs:
         fg._prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
                      gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD,
@@ -73,8 +75,8 @@ def _move_bytes_kernel(
         codes = st_codes.load(fg.BYTES)
         sk = st_sk.load(fg.WORDS)
         sv = st_sv.load(fg.WORDS)
-        u = st_u.slice(0, NR).load(fg.TOKEN_COPY)
-        q = st_q.slice(0, NR).load(fg.TOKEN_COPY)
+        u = st_u.load(fg.STACK16)
+        q = st_q.load(fg.STACK16)
         gl.thread_barrier()  # the staging area is free again
         nxt = c + CTAS
         if nxt < num_programs:
@@ -82,17 +84,17 @@ def _move_bytes_kernel(
                          ubuf, gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT,
                          U_HEAD, U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
             fg._prefetch_values((nxt // NH).to(gl.int64), nxt % NH, win_s, ubuf, NH, NV, NL)
-        gl.store(codes_out + slot * C_SLOT + head * C_HEAD + vb * NK + kb, codes)
-        gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + n, sk)
-        gl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + n, sv)
-        gl.store(u_out + slot * U_SLOT + head * U_HEAD + jr * U_ROW + nr, u)
-        gl.store(q_out + slot * Q_SLOT + head * Q_HEAD + jr * Q_ROW + nr, q)
-        gl.store(w + prog * NL + jw, gl.zeros([NL], gl.float32, gl.SliceLayout(1, fg.WIN)))
-        gl.store(gbuf + prog * (NL * NK) + jw[:, None] * NK + kw[None, :], gl.full([NL, NK], 1.0, gl.float16, fg.WIN))
-        gl.store(pcum + prog * NK + n, gl.zeros([NK], gl.float32, fg.WORDS))
+        fg._store_checkpoint(slot, head, codes, sk, sv, u, q, codes_out, sk_out, sv_out, u_out, q_out,
+                             C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+                             Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR)
+        fg._reset_window(prog, w, gbuf, pcum, NL, NK)
 
 
 def launch(x: dict, out: list):
+    """One launch over the B x H programs of ``x`` (``inputs.make``'s dict on an sm_90 device:
+    codes [B, H, V, K] int8, s_k [B, H, K], s_v [B, H, V] fp32, u [B, H, R, K], q [B, H, R, V]
+    fp16, and the window): the checkpoint is written to ``out`` (five tensors shaped like the
+    checkpoint's), the window of ``x`` is reset in place."""
     ckpt_in = [x[a] for a in inputs.CHECKPOINT_ARGS]
     num_programs = ckpt_in[0].shape[0] * H
     grid = (_resident_ctas(x["q0"].device),)
@@ -104,10 +106,13 @@ def launch(x: dict, out: list):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    """Time the data path at each batch size against the floor; exits 1 on a wrong copy."""
+    ap = argparse.ArgumentParser(description="The Gluon flush kernel's copies and stores without its math, against the floor")
     ap.add_argument("--batch-sizes", default="16,32,64,128,256,512")
     args = ap.parse_args()
     device = torch.device("cuda")
+    if not torch.cuda.is_available() or kernel.choose(device) != "gluon":
+        raise SystemExit("needs an sm_90 GPU and a triton the Gluon kernel was verified with (kernel.choose)")
     print(NAME, environment(device))
     bw = copy_bandwidth(device)
     print(f"copy bandwidth {bw / 1e9:.0f} GB/s (read + write); floor = {FLOOR_BYTES_PER_PROGRAM} B/program / bandwidth")
@@ -120,9 +125,10 @@ def main():
         floor_ms = B * H * FLOOR_BYTES_PER_PROGRAM / bw * 1e3
         print(f"{B:3d}  {ms:13.4f}  {floor_ms:8.4f}  {ms / floor_ms:7.2f}")
         x, o = sets[0], outs[0]
-        same = all(torch.equal(x[a], t) for a, t in zip(inputs.CHECKPOINT_ARGS, o))
-        if not same:
+        if not all(torch.equal(x[a], t) for a, t in zip(inputs.CHECKPOINT_ARGS, o)):
             raise SystemExit("bytes-only kernel: the checkpoint written differs from the one read")
+        if not ((x["w"] == 0).all() and (x["gbuf"] == 1).all() and (x["pcum"] == 0).all()):
+            raise SystemExit("bytes-only kernel: a window was not reset")
         del sets, outs
 
 

@@ -54,19 +54,24 @@ def compile_gluon(in_place: bool):
 
 
 def compile_gluon_kernel(fn, consts: dict):
-    """A Gluon kernel of the flush's argument names (POINTERS) compiled for sm_90a; ``consts``
-    gives its constexprs (entries it does not take are ignored)."""
+    """A Gluon kernel compiled for sm_90a at NUM_WARPS warps. Its pointer and integer arguments
+    must carry the flush kernel's names (their types come from POINTERS); every other argument
+    is a constexpr taken from ``consts`` (extra entries are ignored; a missing one raises
+    KeyError)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from leapquant.kda import flush_gluon as fg
+    from leapquant.kda.flush_gluon import NUM_WARPS
 
     params = [p.name for p in fn.params]
+    missing = [n for n in params if n not in POINTERS and n not in consts]
+    if missing:
+        raise KeyError(f"no value for the constexprs {missing} of {fn.__name__}")
     sig = {name: POINTERS.get(name, "constexpr") for name in params}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params)
              if n in POINTERS and n not in ("q0", "idx", "picks", "num_programs", "pick_stride")}
     src = GluonASTSource(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params},
                          attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": fg.NUM_WARPS})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS})
 
 
 def nvidia_tool(name: str) -> str:

@@ -29,10 +29,11 @@ for opt in "$@"; do
            ncu -i /tmp/leapquant_ncu.ncu-rep --page source --csv --print-source sass > "$OUT/sass.csv" 2>&1
            grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|Compute \(SM\)|Issue Slots Busy|No Eligible|Stall|Block Limit" "$OUT/ncu.txt" | head -40
            # cycles per phase (the default kernel must be the Gluon one; 64 sequences = 2048 programs)
-           dur=$(grep -m1 " Duration " "$OUT/ncu.txt" | awk '{v=$NF; if ($(NF-1)=="ms") v*=1000; print v}')
-           python3 scripts/ncu_phases.py "$OUT/sass.csv" "$dur" 2048 --opcodes 6 | tee "$OUT/ncu_phases.md" ;;
+           cycles=$(grep -m1 "Elapsed Cycles" "$OUT/ncu.txt" | awk '{gsub(",", "", $NF); print $NF}')
+           python3 scripts/ncu_phases.py "$OUT/sass.csv" "$cycles" 2048 --opcodes 6 | tee "$OUT/ncu_phases.md" ;;
     --bytes-only) python3 scripts/bytes_only.py > "$OUT/bytes_only.log" 2>&1
-                  echo "data path alone:"; grep -E "copy bandwidth|bytes-only ms|^ *[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$|differs|Error" "$OUT/bytes_only.log" ;;
+                  echo "data path alone (exit $?):"
+                  grep -E "copy bandwidth|bytes-only ms|^ *[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$|bytes-only kernel:|needs an" "$OUT/bytes_only.log" ;;
     --precision) python3 -m leapquant.precision --json "$OUT/precision.json" --markdown "$OUT/precision.md" \
                    --histogram "$OUT/precision.png" > "$OUT/precision.log" 2>&1
                  echo "precision report: exit $?" ;;

@@ -1,17 +1,20 @@
 """Cycles per SPEC phase of the Gluon kernel from an Nsight Compute source export.
 
-    python scripts/ncu_phases.py SASS_CSV DURATION_US PROGRAMS [--in-place]
+    python scripts/ncu_phases.py SASS_CSV ELAPSED_CYCLES PROGRAMS [--in-place] [--opcodes N]
 
 SASS_CSV is `ncu -i REPORT --page source --csv --print-source sass` of one `_flush_kernel`
-launch (`bash scripts/h200.sh --ncu` writes it); DURATION_US its duration and PROGRAMS the
-programs it flushed (`scripts/ncu_target.py 64`: 2048, functional mode). The kernel is compiled
+launch (`bash scripts/h200.sh --ncu` writes it); ELAPSED_CYCLES the launch's "Elapsed Cycles"
+from the same report (SM cycles at the clock it ran at, which ncu does not fix: 1.75-1.78 GHz
+in the H200 runs, not the 1.98 GHz boost clock) and PROGRAMS the programs it flushed
+(`scripts/ncu_target.py 64`: 2048, functional mode). The kernel is compiled
 here for sm_90a with the same triton (it must be the device's release, so the SASS addresses
 match), the line table comes from `nvdisasm -g`, and each instruction's stall samples go to the
 phase of its source line: helpers by function, `_flush_program` by its phase comments.
 Instructions inlined from triton's own library (the reductions' combine steps) form a row of
-their own: the line table gives no call site for them. Prints a markdown table: share of stall
-samples, cycles per program per SM (share x duration x SM clock / programs per SM), share of
-executed instructions, instructions per warp, top stall reasons. With --opcodes, a second table:
+their own: the line table gives no call site for them. Prints the cycles, warp instructions and
+shared-memory wavefronts per program, then a markdown table: share of stall samples, cycles per
+program per SM (share x elapsed cycles / programs per SM), share of executed instructions,
+instructions per warp, top stall reasons. With --opcodes, a second table:
 per phase, the executed instructions per warp and program by SASS opcode (the generated code's
 mix: what a phase spends its issue slots on).
 """
@@ -27,7 +30,6 @@ import tempfile
 from compile_sm90 import H200_SMS, compile_gluon, nvidia_tool
 from leapquant.kda import flush_gluon
 
-SM_CLOCK_HZ = 1.98e9  # H200 boost clock, what the kernel ran at under ncu --clock-control none
 NUM_WARPS = flush_gluon.NUM_WARPS
 # helpers -> phase
 HELPER_PHASE = {
@@ -35,7 +37,7 @@ HELPER_PHASE = {
     "_prefetch_values": "inputs", "_thin_product": "thin products",
     "_gram": "bases", "_pick": "bases", "_dot": "bases", "_cholesky_pass": "bases", "_inv_norm": "bases",
     "_at_least_0": "bases", "_orthonormal_cols": "bases", "_replace_dependent": "bases",
-    "_store_operand": "operand rows", "_select_rows": "operand rows", "_column_sums": "scales and codes",
+    "_store_operand": "operand rows", "_store_checkpoint": "stores and resets", "_reset_window": "stores and resets", "_select_rows": "operand rows", "_column_sums": "scales and codes",
     "_guard_overflow": "tokens and residual", "_mul": "window", "_exponent": "max|S| and S's parts", "_pow2": "max|S| and S's parts",
 }
 # _flush_program: a phase starts at the first line containing its marker (in this order)
@@ -43,7 +45,7 @@ PROGRAM_MARKERS = (
     ("this program's inputs", "inputs"), ("# window", "window"), ("# rebuild", "rebuild"),
     ("# subspace iteration", "max|S| and S's parts"), ("_thin_product(s_parts, q0_s", "subspace calls"),
     ("# residual", "tokens and residual"), ("# smoothing scales", "scales and codes"),
-    ("gl.store(codes_out", "stores and resets"),
+    ("_store_checkpoint(", "stores and resets"),
 )
 
 
@@ -95,7 +97,7 @@ def address_lines(cubin: bytes) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("sass_csv")
-    ap.add_argument("duration_us", type=float)
+    ap.add_argument("elapsed_cycles", type=float)
     ap.add_argument("programs", type=int)
     ap.add_argument("--in-place", action="store_true", help="the launch was a pool call")
     ap.add_argument("--opcodes", type=int, default=0, metavar="N", help="also the N most executed opcodes per phase")
@@ -110,6 +112,7 @@ def main():
         print(f"warning: {len(rows) - 2} instructions profiled, {len(table)} compiled here (other triton?)")
     reasons = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
     samples, executed = collections.Counter(), collections.Counter()
+    wavefronts = 0.0
     why = collections.defaultdict(collections.Counter)
     ops = collections.defaultdict(collections.Counter)
     for r in rows[2:]:
@@ -117,27 +120,29 @@ def main():
         p = LIBRARY if line == LIBRARY else phases.get(line, "unmapped")
         samples[p] += float(r[ix["Warp Stall Sampling (All Samples)"]] or 0)
         executed[p] += float(r[ix["Instructions Executed"]] or 0)
+        wavefronts += float(r[ix["L1 Wavefronts Shared"]] or 0)
         m = re.match(r"\s*(@!?U?P\w+\s+)?([A-Z0-9_]+)", r[ix["Source"]])
         if m:
             ops[p][m.group(2)] += float(r[ix["Instructions Executed"]] or 0)
         for h in reasons:
             why[p][h[len("stall_"):]] += float(r[ix[h]] or 0)
     total_s, total_e = sum(samples.values()), sum(executed.values())
-    cycles = args.duration_us * 1e-6 * SM_CLOCK_HZ / (args.programs / H200_SMS)
-    print(f"{cycles:,.0f} cycles per program per SM; {total_e / args.programs:,.0f} warp instructions per program")
+    warps = args.programs * NUM_WARPS  # per warp and program
+    cycles = args.elapsed_cycles / (args.programs / H200_SMS)
+    print(f"{cycles:,.0f} cycles per program per SM; {total_e / args.programs:,.0f} warp instructions and "
+          f"{wavefronts / args.programs:,.0f} shared-memory wavefronts per program")
     print("| phase | stall samples | ~cycles | instructions | per warp | top stall reasons |")
     print("|---|---:|---:|---:|---:|---|")
     for p, s in samples.most_common():
         top = ", ".join(f"{k} {v / s * 100:.0f}%" for k, v in why[p].most_common(2)) if s else ""
         print(f"| {p} | {s / total_s * 100:.1f}% | {s / total_s * cycles:,.0f} | {executed[p] / total_e * 100:.1f}% "
-              f"| {executed[p] / args.programs / NUM_WARPS:,.0f} | {top} |")
+              f"| {executed[p] / warps:,.0f} | {top} |")
     if args.opcodes:
-        per_warp = args.programs * NUM_WARPS
         print(f"\n| phase | per warp | {args.opcodes} most executed opcodes (per warp and program) |")
         print("|---|---:|---|")
         for p, e in executed.most_common():
-            mix = ", ".join(f"{k} {v / per_warp:,.0f}" for k, v in ops[p].most_common(args.opcodes))
-            print(f"| {p} | {e / per_warp:,.0f} | {mix} |")
+            mix = ", ".join(f"{k} {v / warps:,.0f}" for k, v in ops[p].most_common(args.opcodes))
+            print(f"| {p} | {e / warps:,.0f} | {mix} |")
 
 
 if __name__ == "__main__":

@@ -365,6 +365,39 @@ def _prefetch_values(slot, head, win_s, ubuf, NH: gl.constexpr, NV: gl.constexpr
 
 
 @gluon.jit
+def _store_checkpoint(
+    slot, head, codes, s_k, s_v, u, q, codes_out, sk_out, sv_out, u_out, q_out,
+    C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
+    SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
+    U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
+    Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
+    NV: gl.constexpr, NK: gl.constexpr, NR: gl.constexpr,
+):
+    # program (slot, head)'s checkpoint: codes [V, K] int8 in BYTES (16-byte rows a thread),
+    # s_k [K] and s_v [V] in any layout, the tokens u, q as [16, N] rows in STACK16 (token r in
+    # row r; rows from R on are not stored)
+    vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))
+    kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))
+    gl.store(codes_out + slot * C_SLOT + head * C_HEAD + vb[:, None] * NK + kb[None, :], codes)
+    gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + gl.arange(0, NK, layout=s_k.type.layout), s_k)
+    gl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + gl.arange(0, NV, layout=s_v.type.layout), s_v)
+    jn = gl.arange(0, 16, layout=gl.SliceLayout(1, STACK16))[:, None]
+    nn = gl.arange(0, NK, layout=gl.SliceLayout(0, STACK16))[None, :]
+    gl.store(u_out + slot * U_SLOT + head * U_HEAD + jn * U_ROW + nn, u, mask=jn < NR)
+    gl.store(q_out + slot * Q_SLOT + head * Q_HEAD + jn * Q_ROW + nn, q, mask=jn < NR)
+
+
+@gluon.jit
+def _reset_window(prog, w, gbuf, pcum, NL: gl.constexpr, NK: gl.constexpr):
+    # pool mode: a flushed program's window starts empty (weights 0, gates 1, summed log-gate 0)
+    jw = gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))
+    kw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
+    gl.store(w + prog * NL + jw, gl.zeros([NL], gl.float32, gl.SliceLayout(1, WIN)))
+    gl.store(gbuf + prog * (NL * NK) + jw[:, None] * NK + kw[None, :], gl.full([NL, NK], 1.0, gl.float16, WIN))
+    gl.store(pcum + prog * NK + gl.arange(0, NK, layout=WORDS), gl.zeros([NK], gl.float32, WORDS))
+
+
+@gluon.jit
 def _flush_program(
     slot, head, next_slot, next_head, has_next, stage,
     codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
@@ -381,12 +414,6 @@ def _flush_program(
     MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
 ):
     prog = slot * NH + head
-    v = gl.arange(0, NV, layout=ROWS)
-    kn = gl.arange(0, NK, layout=WORDS)  # per-column vectors one element a thread
-    jw = gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))
-    kw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
-    vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))
-    kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))
 
     # this program's inputs, staged by _prefetch, into registers; then the next one's copies start
     st_codes, st_gbuf, st_kbuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
@@ -413,7 +440,6 @@ def _flush_program(
     decay_j = gl.associative_scan(g_after.to(gl.float32), 0, _mul)
     keys_hi, keys_lo = _split_bf16(keys * decay_j * wj[:, None])
     decay = decay_s.load(COLS)  # written before the barrier above
-    gbase = gbuf + prog * (NL * NK)
     keys_s.slice(0, NL).store(keys_hi)
     keys_s.slice(NL, NL).store(keys_lo)
     tok_u_s.store(u_old)
@@ -489,18 +515,12 @@ def _flush_program(
     # codes: round half to even through the fp32 mantissa; the low byte is the int8 code
     codes_new = ((x + MAGIC).to(gl.int32, bitcast=True) - MAGIC_BITS).to(gl.int8)
 
-    gl.store(codes_out + slot * C_SLOT + head * C_HEAD + vb[:, None] * NK + kb[None, :],
-             gl.convert_layout(codes_new, BYTES))
-    gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + gl.arange(0, NK, layout=s_k_new.type.layout), s_k_new)
-    gl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + v, s_v_new)
-    nn = gl.arange(0, NK, layout=gl.SliceLayout(0, STACK16))[None, :]
-    gl.store(u_out + slot * U_SLOT + head * U_HEAD + jn * U_ROW + nn, u_new, mask=jn < NR)
-    gl.store(q_out + slot * Q_SLOT + head * Q_HEAD + jn * Q_ROW + nn, q_new, mask=jn < NR)
+    _store_checkpoint(slot, head, gl.convert_layout(codes_new, BYTES), s_k_new, s_v_new, u_new, q_new,
+                      codes_out, sk_out, sv_out, u_out, q_out, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD,
+                      U_SLOT, U_HEAD, U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR)
     if IN_PLACE:
         # every window load above has landed in registers before these stores issue
-        gl.store(w + prog * NL + jw, gl.zeros([NL], gl.float32, gl.SliceLayout(1, WIN)))
-        gl.store(gbase + jw[:, None] * NK + kw[None, :], gl.full([NL, NK], 1.0, gl.float16, WIN))
-        gl.store(pcum + prog * NK + kn, gl.zeros([NK], gl.float32, WORDS))
+        _reset_window(prog, w, gbuf, pcum, NL, NK)
 
 
 @gluon.jit
