@@ -102,7 +102,7 @@ def main():
     ap.add_argument("--gluon", action="store_true", help="the Gluon kernel instead of the portable one")
     args = ap.parse_args()
     k = compile_gluon(args.in_place) if args.gluon else compile_kernel(args.num_warps, args.in_place)
-    print(f"num_warps={args.num_warps} shared={k.metadata.shared} bytes")
+    print(f"num_warps={k.metadata.num_warps} shared={k.metadata.shared} bytes")
     print(resource_usage(k.asm["cubin"]))
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
