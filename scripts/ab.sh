@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B of kernel versions in one device call (NOTES items 43-56). Each version's package is a copy
+# A/B of kernel versions in one device call (NOTES items 43-57). Each version's package is a copy
 # of src/leapquant at ab/<name>/leapquant: an untracked folder in the checkout, so that the device
 # run carries it (delete it before committing). Run from the repository root:
 #   bash scripts/ab.sh BASE CANDIDATE [CANDIDATE ...]
@@ -7,13 +7,16 @@
 # 2. the GPU tests on each candidate
 # 3. python -m leapquant.bench --batch-sizes 16,512 for BASE and the candidates, interleaved twice
 # Logs under $OUT (the bench output of every version in ab.log, its figures in ab_<name>_<rep>.json);
-# a summary table last. Exits 1 when a version folder is missing or BASE's outputs cannot be saved.
+# a summary table last (all PASS: every input family at both batch sizes). Exits 1 when a version
+# folder is missing or BASE's outputs cannot be saved; read the compare lines and test counts above
+# the table for the rest.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 versions=$PWD/ab
+[ $# -ge 2 ] || { echo "usage: bash scripts/ab.sh BASE CANDIDATE [CANDIDATE ...]"; exit 2; }
 base=$1
 shift
 for v in "$base" "$@"; do
@@ -21,7 +24,7 @@ for v in "$base" "$@"; do
 done
 saved=$(mktemp --suffix=.pt)
 PYTHONPATH=$versions/$base python3 scripts/compare_outputs.py save "$saved" --batch-size 512 > "$OUT/cmp_save.log" 2>&1 \
-  || { echo "saving $base's outputs failed:"; tail -n 5 "$OUT/cmp_save.log"; exit 1; }
+  || { echo "saving $base's outputs failed:"; tail -n 5 "$OUT/cmp_save.log"; rm -f "$saved"; exit 1; }
 for v in "$@"; do
   PYTHONPATH=$versions/$v python3 scripts/compare_outputs.py compare "$saved" > "$OUT/cmp_$v.log" 2>&1
   echo "compare $v against $base: exit $?"

@@ -4,7 +4,7 @@
 
 SASS_CSV is `ncu -i REPORT --page source --csv --print-source sass` of one `_flush_kernel`
 launch (`bash scripts/h200.sh --ncu` writes it); ELAPSED_CYCLES the launch's "Elapsed Cycles"
-from the same report (SM cycles at the clock it ran at, which ncu does not fix: 1.75-1.78 GHz
+from the same report (SM cycles at the clock it ran at, which ncu does not fix: ~1.79 GHz
 in the H200 runs, not the 1.98 GHz boost clock) and PROGRAMS the programs it flushed
 (`scripts/ncu_target.py 64`: 2048, functional mode). The kernel is compiled
 here for sm_90a with the same triton (it must be the device's release, so the SASS addresses
@@ -94,6 +94,11 @@ def address_lines(cubin: bytes) -> dict:
     return table
 
 
+def cell(text: str) -> str:
+    """A markdown table cell: the phase names' | (max|S|) escaped."""
+    return text.replace("|", "\\|")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("sass_csv")
@@ -135,14 +140,14 @@ def main():
     print("|---|---:|---:|---:|---:|---|")
     for p, s in samples.most_common():
         top = ", ".join(f"{k} {v / s * 100:.0f}%" for k, v in why[p].most_common(2)) if s else ""
-        print(f"| {p} | {s / total_s * 100:.1f}% | {s / total_s * cycles:,.0f} | {executed[p] / total_e * 100:.1f}% "
+        print(f"| {cell(p)} | {s / total_s * 100:.1f}% | {s / total_s * cycles:,.0f} | {executed[p] / total_e * 100:.1f}% "
               f"| {executed[p] / warps:,.0f} | {top} |")
     if args.opcodes:
         print(f"\n| phase | per warp | {args.opcodes} most executed opcodes (per warp and program) |")
         print("|---|---:|---|")
         for p, e in executed.most_common():
             mix = ", ".join(f"{k} {v / warps:,.0f}" for k, v in ops[p].most_common(args.opcodes))
-            print(f"| {p} | {e / warps:,.0f} | {mix} |")
+            print(f"| {cell(p)} | {e / warps:,.0f} | {mix} |")
 
 
 if __name__ == "__main__":
