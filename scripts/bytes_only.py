@@ -48,19 +48,9 @@ def _move_bytes_kernel(
 ):
     pid = gl.program_id(0)
     win_s = gl.allocate_shared_memory(gl.bfloat16, [2 * NL, NV], fg.OPERAND)
-    stage = (gl.allocate_shared_memory(gl.int8, [NV, NK], fg.PLAIN),
-             gl.allocate_shared_memory(gl.float16, [NL, NK], fg.PLAIN),
-             gl.allocate_shared_memory(gl.bfloat16, [NL, NK], fg.PLAIN),
-             gl.allocate_shared_memory(gl.float16, [16, NK], fg.PLAIN),
-             gl.allocate_shared_memory(gl.float16, [16, NV], fg.PLAIN),
-             gl.allocate_shared_memory(gl.float32, [NK], fg.PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], fg.PLAIN1),
-             gl.allocate_shared_memory(gl.float32, [NV], fg.PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], fg.PLAIN1),
-             gl.allocate_shared_memory(gl.float32, [NK], fg.PLAIN1))
+    stage = fg._allocate_stage(NV, NK, NL)
     st_codes, st_gbuf, st_kbuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
-    # the token rows from R on stay zero, as in the flush kernel's _set_up_cta
-    st_u.store(gl.zeros([16, NK], gl.float16, fg.HALVES))
-    st_q.store(gl.zeros([16, NV], gl.float16, fg.HALVES))
-    gl.thread_barrier()
+    fg._zero_token_rows(stage, NV)
     if pid < num_programs:
         fg._prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
                      gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD,

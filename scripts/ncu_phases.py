@@ -37,7 +37,8 @@ HELPER_PHASE = {
     "_prefetch_values": "inputs", "_thin_product": "thin products",
     "_gram": "bases", "_pick": "bases", "_dot": "bases", "_cholesky_pass": "bases", "_inv_norm": "bases",
     "_at_least_0": "bases", "_orthonormal_cols": "bases", "_replace_dependent": "bases",
-    "_store_operand": "operand rows", "_store_checkpoint": "stores and resets", "_reset_window": "stores and resets", "_select_rows": "operand rows", "_column_sums": "scales and codes",
+    "_store_operand": "operand rows", "_store_checkpoint": "stores and resets", "_reset_window": "stores and resets",
+    "_allocate_stage": "kernel (_flush_kernel)", "_zero_token_rows": "kernel (_set_up_cta)", "_select_rows": "operand rows", "_column_sums": "scales and codes",
     "_guard_overflow": "tokens and residual", "_mul": "window", "_exponent": "max|S| and S's parts", "_pow2": "max|S| and S's parts",
 }
 # _flush_program: a phase starts at the first line containing its marker (in this order)

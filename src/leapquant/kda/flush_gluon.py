@@ -524,16 +524,36 @@ def _flush_program(
 
 
 @gluon.jit
-def _set_up_cta(q0, q0_s, st_u, st_q, NV: gl.constexpr, NR: gl.constexpr):
-    # once per CTA: q0 [V, R] as the (hi^T; lo^T; mid^T; 0) rows of a thin operand, and the token
-    # rows from R on of the staging area zero (the copies write rows below R only)
-    vq = gl.arange(0, NV, layout=VEC)
-    _store_operand(q0_s, gl.load(q0 + vq * NR + 0), gl.load(q0 + vq * NR + 1),
-                   gl.load(q0 + vq * NR + 2), gl.load(q0 + vq * NR + 3))
+def _allocate_stage(NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr):
+    # the staging area of the next program's inputs, in _prefetch's order (codes, gates, keys, u, q,
+    # pcum, s_k, s_v, w), and decay_s (not staged: exp(pcum) per column)
+    st_u = gl.allocate_shared_memory(gl.float16, [16, NK], PLAIN)
+    st_q = gl.allocate_shared_memory(gl.float16, [16, NV], PLAIN)
+    return (gl.allocate_shared_memory(gl.int8, [NV, NK], PLAIN), gl.allocate_shared_memory(gl.float16, [NL, NK], PLAIN),
+            gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN), st_u, st_q,
+            gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
+            gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], PLAIN1),
+            gl.allocate_shared_memory(gl.float32, [NK], PLAIN1))
+
+
+@gluon.jit
+def _zero_token_rows(stage, NV: gl.constexpr):
+    # the staged token rows from R on are zero (the copies write rows below R only), once per CTA
+    st_codes, st_gbuf, st_kbuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
     st_u.store(gl.zeros([16, NV], gl.float16, HALVES))
     st_q.store(gl.zeros([16, NV], gl.float16, HALVES))
     fence_async_shared()
     gl.thread_barrier()  # before any copy lands beside the zero rows
+
+
+@gluon.jit
+def _set_up_cta(q0, q0_s, stage, NV: gl.constexpr, NR: gl.constexpr):
+    # once per CTA: q0 [V, R] as the (hi^T; lo^T; mid^T; 0) rows of a thin operand, and the
+    # staged token rows from R on zero
+    vq = gl.arange(0, NV, layout=VEC)
+    _store_operand(q0_s, gl.load(q0 + vq * NR + 0), gl.load(q0 + vq * NR + 1),
+                   gl.load(q0 + vq * NR + 2), gl.load(q0 + vq * NR + 3))
+    _zero_token_rows(stage, NV)
 
 
 @gluon.jit(do_not_specialize=["q0", "idx", "num_programs", "picks", "pick_stride"])  # no recompile per call
@@ -570,14 +590,7 @@ def _flush_kernel(
     tok_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
     s_parts = gl.allocate_shared_memory(gl.bfloat16, [PARTS, NV, NK], OPERAND)
     x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)
-    # staging area of the next program's inputs; token rows from R on stay zero
-    st_u = gl.allocate_shared_memory(gl.float16, [16, NK], PLAIN)
-    st_q = gl.allocate_shared_memory(gl.float16, [16, NV], PLAIN)
-    stage = (gl.allocate_shared_memory(gl.int8, [NV, NK], PLAIN), gl.allocate_shared_memory(gl.float16, [NL, NK], PLAIN),
-             gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN), st_u, st_q,
-             gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
-             gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], PLAIN1),
-             gl.allocate_shared_memory(gl.float32, [NK], PLAIN1))  # not staged: exp(pcum) per column
+    stage = _allocate_stage(NV, NK, NL)
 
     if IN_PLACE:
         # every CTA reads all due flags, ranks the due programs in candidate order and takes
@@ -604,7 +617,7 @@ def _flush_kernel(
         fence_async_shared()
         n = gl.cdiv(count - pid, G)
         if n > 0:  # a CTA with nothing to flush leaves here
-            _set_up_cta(q0, q0_s, st_u, st_q, NV, NR)
+            _set_up_cta(q0, q0_s, stage, NV, NR)
             p = gl.load(mine)
             _prefetch((p // NH).to(gl.int64), p % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf,
                       w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
@@ -623,7 +636,7 @@ def _flush_kernel(
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, GUARD_FROM_EXP, MAGIC, MAGIC_BITS,
             )
     else:
-        _set_up_cta(q0, q0_s, st_u, st_q, NV, NR)
+        _set_up_cta(q0, q0_s, stage, NV, NR)
         if pid < num_programs:
             _prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
                       gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
