@@ -1,0 +1,1 @@
+"""Per-token KDA decode step on LeapQuant checkpoints: reference, Triton kernel, engine functions."""
