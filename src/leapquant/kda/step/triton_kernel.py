@@ -1,0 +1,246 @@
+"""Triton kernel of the per-token KDA decode step on LeapQuant checkpoints: one program = one
+(sequence, head).
+
+Design. The step is memory-bound: a program moves ~34 KB and does ~2 x 16K multiply-adds, so it
+runs in fp32 on the CUDA cores (no tensor cores) and never forms the state ``S`` [V, K], in
+registers or in global memory. It uses the factor formulation (``naive.step_products``):
+
+    S x = s_v * (C (f * x)) + Q^T (U' x) + sum_j ubuf_j w_j ((kbuf_j * D_j) . x),   x in {kn, qn}
+
+with ``C`` the int8 codes, ``f = s_k * exp(pcum_new) / 127`` and ``U' = U diag(exp(pcum_new))``.
+
+Phases of a program:
+1. key side (vectors of K, once): this token's normalised ``kn``, ``qn``, its gate ``g``, ``en``,
+   ``pcum_new``, ``beta``; the entry decays ``D`` [L, K] from gbuf rows ``j + 1 .. h - 1`` (a
+   reverse cumulative product); the window's projections ``w_j (kbuf_j * D_j) . x`` [L] and the
+   tokens' ``(U' x)`` [R] for both ``x``; ``f * kn`` and ``f * qn``.
+2. value side, ``BLOCK_V`` rows at a time (static loop): the codes tile [BLOCK_V, K] is loaded
+   once as int8, converted to fp32 once, and feeds both reductions ``C (f * kn)`` and ``C (f *
+   qn)``; the value rows of ``q`` and ``ubuf`` are read once each and feed both; then ``u_new``
+   and ``o`` of those rows are stored.
+3. stores of the key side: ``k_row = bf16(kn)``, ``g_row = fp16(en)``, ``pcum_new``, the weight.
+
+Bytes per program (the floor): checkpoint 19,456 (codes 16,384, s_k 512, s_v 512, u and q 2,048)
++ window 12,864 (kbuf, ubuf, gbuf 4,096 each, w 64, pcum 512) + token 1,030 (qx, kx, vx, a 256
+each, b 2, fill count 4) + writes 1,544 (o, k_row, u_row, g_row 256 each, pcum 512, one w word
+and the fill count, 4 each) = 34,894 B = 34.1 KiB. ``A_log`` and ``dt_bias`` (516 B per head)
+are shared by all sequences and come from L2. Window rows at or past the fill count ``h`` are
+not read (masked loads): a pool's stale rows may hold anything.
+
+Rounding: fp32 -> bf16 by round-to-nearest-even on the bits (``_round_bf16``), because Triton's
+CPU interpreter truncates in ``.to(tl.bfloat16)``; the compiled kernel runs the same code, so the
+interpreted tests check the bits the GPU produces (up to fp32 ``exp``/``log``/``rsqrt`` ulps).
+
+Two forms, one kernel: functional (program ``(b, head)`` reads ``h`` from an int32 ``[B, H]``
+tensor and writes six fresh outputs) and pool (``IN_PLACE``: program ``(i, head)`` serves slot
+``idx[i]``; ``idx[i] <= 0`` writes a zero output row and nothing else; ``h = pool.hcnt`` with
+``hcnt == L`` read as 0, "just flushed"; appends entry ``h`` in place and sets ``hcnt = h + 1``).
+
+Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+import triton.language as tl
+
+from ..geometry import H, K, L, QMAX, R, V
+from .naive import QK_NORM_EPS, QK_SCALE, SOFTPLUS_THRESHOLD
+
+BLOCK_V = 32  # value rows per pass of phase 2: a [32, 128] codes tile is 32 codes a thread
+NUM_WARPS = 4
+# registers stay low (~40 live values a thread), so many programs are resident per SM and keep
+# enough loads in flight for a memory-bound kernel
+
+
+@triton.jit
+def _round_bf16(x):
+    # fp32 -> bf16, round to nearest even, on the bits (finite x); the final cast is exact
+    bits = x.to(tl.int32, bitcast=True)
+    bits = bits + 0x7FFF + ((bits >> 16) & 1)
+    return (bits & -65536).to(tl.float32, bitcast=True).to(tl.bfloat16)
+
+
+@triton.jit
+def _softplus(x, THRESHOLD: tl.constexpr):
+    # log1p(exp(x)) for x <= THRESHOLD, else x; log1p(e) = log(1 + e) * e / ((1 + e) - 1), exact
+    # to a few ulps where 1 + e rounds (Goldberg), e itself where 1 + e == 1
+    e = tl.exp(tl.minimum(x, THRESHOLD))
+    one_e = 1.0 + e
+    lp = tl.where(one_e == 1.0, e, tl.log(one_e) * (e / (one_e - 1.0)))
+    return tl.where(x <= THRESHOLD, lp, x)
+
+
+@triton.jit(do_not_specialize=["idx", "qx", "kx", "vx", "a", "b", "o", "qk_row", "v_row"])
+def _step_kernel(
+    codes, s_k, s_v, u, q,  # checkpoint, read only
+    kbuf, ubuf, gbuf, w, pcum, fill,  # window and its fill count (pool form: appended in place)
+    qx, kx, vx, a, b, A_log, dt_bias,  # this token and the gate's parameters
+    o, k_row, u_row, g_row, w_new, pcum_new,  # outputs (pool form: only o; the rest go to the window)
+    idx,  # pool form: int32 [N] slot ids (<= 0: no sequence)
+    qk_row, v_row,  # element row strides of qx/kx/a-free token rows and of vx (a mixed row: the same)
+    C_SLOT: tl.constexpr, C_HEAD: tl.constexpr,  # element strides of the checkpoint tensors
+    SK_SLOT: tl.constexpr, SK_HEAD: tl.constexpr,
+    SV_SLOT: tl.constexpr, SV_HEAD: tl.constexpr,
+    U_SLOT: tl.constexpr, U_HEAD: tl.constexpr, U_ROW: tl.constexpr,
+    Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr, Q_ROW: tl.constexpr,
+    IN_PLACE: tl.constexpr,  # pool form
+    BV: tl.constexpr,  # value rows per pass
+    NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr, NR: tl.constexpr,
+    QM: tl.constexpr, NORM_EPS: tl.constexpr, SCALE: tl.constexpr, SP_THRESHOLD: tl.constexpr,
+):
+    c = tl.program_id(0)
+    row = c // NH  # batch row (functional) or entry of idx (pool)
+    head = c % NH
+    vv = tl.arange(0, BV)
+    k = tl.arange(0, NK)
+    j = tl.arange(0, NL)
+    r = tl.arange(0, NR)
+    out_row = (row.to(tl.int64) * NH + head) * NV
+    if IN_PLACE:
+        slot = tl.load(idx + row).to(tl.int64)
+        if slot <= 0:  # no sequence: a zero output row, nothing else
+            for c0 in tl.static_range(0, NV, BV):
+                tl.store(o + out_row + c0 + vv, tl.zeros([BV], dtype=tl.bfloat16))
+            return
+    else:
+        slot = row.to(tl.int64)
+    prog = slot * NH + head
+    h = tl.load(fill + prog)
+    h = tl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
+
+    # phase 1: this token (pool form: q/k/v are the three parts of the sequence's mixed row)
+    tok = row.to(tl.int64)
+    kt = tl.load(kx + tok * qk_row + head * NK + k).to(tl.float32)
+    qt = tl.load(qx + tok * qk_row + head * NK + k).to(tl.float32)
+    kn = kt * tl.math.rsqrt(tl.sum(kt * kt, axis=0) + NORM_EPS)
+    qn = qt * (tl.math.rsqrt(tl.sum(qt * qt, axis=0) + NORM_EPS) * SCALE)
+    kq = tl.sum(kn * qn, axis=0)
+    tok_k = (tok * NH + head) * NK
+    xg = tl.load(a + tok_k + k).to(tl.float32) + tl.load(dt_bias + head * NK + k)
+    g = -tl.exp(tl.load(A_log + head)) * _softplus(xg, SP_THRESHOLD)
+    en = tl.exp(g)
+    beta = _round_bf16(tl.sigmoid(tl.load(b + tok * NH + head).to(tl.float32))).to(tl.float32)
+    pcum_n = tl.load(pcum + prog * NK + k) + g
+    pc = tl.exp(pcum_n)
+
+    # the window: entry j decays by en and by the gates of the live entries after it
+    wbase = prog * (NL * NK)
+    live = j < h
+    g_after = tl.load(gbuf + wbase + (j[:, None] + 1) * NK + k[None, :], mask=(j[:, None] + 1) < h, other=1.0)
+    decay = tl.cumprod(g_after.to(tl.float32), axis=0, reverse=True) * en[None, :]
+    keys = tl.load(kbuf + wbase + j[:, None] * NK + k[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+    keys = keys * decay  # kbuf_j * D_j; rows >= h are 0
+    if IN_PLACE:
+        wj = tl.load(w + prog * NL + j, mask=live, other=0.0)
+    else:
+        w_all = tl.load(w + prog * NL + j)
+        wj = tl.where(live, w_all, 0.0)
+    win_k = tl.sum(keys * kn[None, :], axis=1) * wj  # [L]
+    win_q = tl.sum(keys * qn[None, :], axis=1) * wj
+    # the tokens: (U' x)_r = sum_k u_r[k] pc[k] x[k]
+    u_pc = tl.load(u + slot * U_SLOT + head * U_HEAD + r[:, None] * U_ROW + k[None, :]).to(tl.float32) * pc[None, :]
+    tok_kn = tl.sum(u_pc * kn[None, :], axis=1)  # [R]
+    tok_qn = tl.sum(u_pc * qn[None, :], axis=1)
+    # the residual's column factor f = s_k pc / 127, folded into both vectors
+    f = tl.load(s_k + slot * SK_SLOT + head * SK_HEAD + k) * pc * (1.0 / QM)
+    f_kn = f * kn
+    f_qn = f * qn
+
+    # phase 2: value rows, BV at a time; every byte of codes, s_v, q and ubuf is read once
+    cbase = codes + slot * C_SLOT + head * C_HEAD
+    vwin = ubuf + prog * (NL * NV)
+    for c0 in tl.static_range(0, NV, BV):
+        v = c0 + vv
+        cf = tl.load(cbase + v[:, None] * NK + k[None, :]).to(tl.float32)  # [BV, K]
+        s_vr = tl.load(s_v + slot * SV_SLOT + head * SV_HEAD + v)
+        Skn = s_vr * tl.sum(cf * f_kn[None, :], axis=1)
+        Sqn = s_vr * tl.sum(cf * f_qn[None, :], axis=1)
+        qt_r = tl.load(q + slot * Q_SLOT + head * Q_HEAD + r[None, :] * Q_ROW + v[:, None]).to(tl.float32)  # [BV, R]
+        Skn += tl.sum(qt_r * tok_kn[None, :], axis=1)
+        Sqn += tl.sum(qt_r * tok_qn[None, :], axis=1)
+        vals = tl.load(vwin + j[None, :] * NV + v[:, None], mask=live[None, :], other=0.0).to(tl.float32)  # [BV, L]
+        Skn += tl.sum(vals * win_k[None, :], axis=1)
+        Sqn += tl.sum(vals * win_q[None, :], axis=1)
+        vt = tl.load(vx + tok * v_row + head * NV + v).to(tl.float32)
+        u_new = beta * (vt - Skn)
+        tl.store(o + out_row + v, _round_bf16(Sqn + kq * u_new))
+        if IN_PLACE:
+            tl.store(vwin + h * NV + v, _round_bf16(u_new))
+        else:
+            tl.store(u_row + out_row + v, _round_bf16(u_new))
+
+    # phase 3: the key side's outputs
+    if IN_PLACE:
+        # every thread has read pcum and the fill count before either is overwritten
+        tl.debug_barrier()
+        tl.store(kbuf + wbase + h * NK + k, _round_bf16(kn))
+        tl.store(gbuf + wbase + h * NK + k, en.to(tl.float16))
+        tl.store(w + prog * NL + j, tl.full([NL], 1.0, dtype=tl.float32), mask=j == h)
+        tl.store(pcum + prog * NK + k, pcum_n)
+        tl.store(fill + prog, h + 1)
+    else:
+        out_k = prog * NK
+        tl.store(k_row + out_k + k, _round_bf16(kn))
+        tl.store(g_row + out_k + k, en.to(tl.float16))
+        tl.store(w_new + prog * NL + j, tl.where(j == h, 1.0, w_all))
+        tl.store(pcum_new + out_k + k, pcum_n)
+
+
+def _checkpoint_strides(codes, s_k, s_v, u, q) -> dict:
+    return dict(
+        C_SLOT=codes.stride(0), C_HEAD=codes.stride(1),
+        SK_SLOT=s_k.stride(0), SK_HEAD=s_k.stride(1),
+        SV_SLOT=s_v.stride(0), SV_HEAD=s_v.stride(1),
+        U_SLOT=u.stride(0), U_HEAD=u.stride(1), U_ROW=u.stride(2),
+        Q_SLOT=q.stride(0), Q_HEAD=q.stride(1), Q_ROW=q.stride(2),
+    )
+
+
+_CONSTANTS = dict(BV=BLOCK_V, NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), NORM_EPS=QK_NORM_EPS,
+                  SCALE=QK_SCALE, SP_THRESHOLD=SOFTPLUS_THRESHOLD)
+
+
+def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None):
+    """Launch the decode step kernel on the tensors' device (CUDA, or CPU under
+    ``TRITON_INTERPRET=1``); no host synchronisation, no allocation.
+
+    ``ckpt``: ``(codes, s_k, s_v, u, q)``, ``[S, H, ...]`` with unit innermost stride (a pool's
+    views, or dense tensors). ``window``: ``(kbuf, ubuf, gbuf, w, pcum)``, dense ``[S, H, ...]``.
+    ``fill``: int32 ``[S, H]``, dense: ``h`` (functional) or ``pool.hcnt`` (pool form).
+    ``token``: ``(qx, kx, vx, a, b)`` for ``N`` rows: ``qx``, ``kx`` rows of ``H * K`` and ``vx``
+    rows of ``H * V`` bf16 elements, unit inner stride, any row stride (``qx`` and ``kx`` the
+    same one; views into one mixed row do); ``a`` dense bf16 ``[N, H, K]``; ``b`` dense bf16
+    ``[N, H]``. ``A_log`` fp32 ``[H]``, ``dt_bias`` fp32 ``[H, K]``, dense. ``o``: dense bf16
+    ``[N, H, V]``, written.
+
+    Functional (``idx`` None, ``N == S``): ``new = (k_row, u_row, g_row, w_new, pcum_new)``, dense
+    outputs ``[S, H, ...]``, written; the inputs are not. Pool form (``idx``: int32 ``[N]``,
+    dense): ``new`` is None; program ``(i, head)`` with ``idx[i] > 0`` appends to the window of
+    slot ``idx[i]`` in place and advances ``fill``; ``idx[i] <= 0`` zeroes row ``i`` of ``o``.
+    Returns Triton's launched kernel object, or None for an empty launch.
+    """
+    qx, kx, vx, a, b = token
+    n_rows = a.shape[0]
+    if n_rows == 0:
+        return None
+    in_place = idx is not None
+    kbuf, ubuf, gbuf, w, pcum = window
+    if in_place:
+        dummy = o  # unused output pointers in pool form
+        k_row = u_row = g_row = w_new = pcum_new = dummy
+    else:
+        k_row, u_row, g_row, w_new, pcum_new = new
+        idx = fill  # unused pointer
+    with torch.cuda.device(o.device) if o.is_cuda else contextlib.nullcontext():
+        return _step_kernel[(n_rows * H,)](
+            *ckpt, kbuf, ubuf, gbuf, w, pcum, fill,
+            qx, kx, vx, a, b, A_log, dt_bias,
+            o, k_row, u_row, g_row, w_new, pcum_new,
+            idx, qx.stride(0), vx.stride(0),
+            **_checkpoint_strides(*ckpt), IN_PLACE=in_place, **_CONSTANTS,
+            num_warps=NUM_WARPS, num_stages=1,
+        )
