@@ -74,14 +74,16 @@ def _softplus(x, THRESHOLD: tl.constexpr):
     return tl.where(x <= THRESHOLD, lp, x)
 
 
-@triton.jit(do_not_specialize=["idx", "qx", "kx", "vx", "a", "b", "o", "qk_row", "v_row"])
+# the caller's pointers and row strides are not specialised on (alignment, value 1): a pool's
+# warm-up compiles the one variant every later call of the pool form runs
+@triton.jit(do_not_specialize=["idx", "qx", "kx", "vx", "a", "b", "A_log", "dt_bias", "o", "qk_row", "v_row"])
 def _step_kernel(
     codes, s_k, s_v, u, q,  # checkpoint, read only
     kbuf, ubuf, gbuf, w, pcum, fill,  # window and its fill count (pool form: appended in place)
     qx, kx, vx, a, b, A_log, dt_bias,  # this token and the gate's parameters
     o, k_row, u_row, g_row, w_new, pcum_new,  # outputs (pool form: only o; the rest go to the window)
     idx,  # pool form: int32 [N] slot ids (<= 0: no sequence)
-    qk_row, v_row,  # element row strides of qx/kx/a-free token rows and of vx (a mixed row: the same)
+    qk_row, v_row,  # element row strides of qx and kx (one) and of vx; a mixed row's stride for both
     C_SLOT: tl.constexpr, C_HEAD: tl.constexpr,  # element strides of the checkpoint tensors
     SK_SLOT: tl.constexpr, SK_HEAD: tl.constexpr,
     SV_SLOT: tl.constexpr, SV_HEAD: tl.constexpr,

@@ -1,0 +1,25 @@
+"""Run the Triton decode step kernel under TRITON_INTERPRET=1 (set by the caller) on small CPU
+cases; print one JSON line of verdicts. Used by test_step_interpreted.py in a subprocess, because
+the interpreter is chosen when the kernel module is imported."""
+
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import step_checks  # noqa: E402
+
+from leapquant.eval import step_inputs  # noqa: E402
+
+out = {"interpreted": os.environ.get("TRITON_INTERPRET") == "1", "seconds": {}}
+out["functional"] = {}
+for fam in step_inputs.FAMILIES:
+    t = time.time()
+    out["functional"][fam] = step_checks.functional(fam, 1, "cpu", step_checks.kernel_functional)
+    out["seconds"][fam] = round(time.time() - t, 1)
+for fam in ("random", "structured"):
+    t = time.time()
+    out[f"pool_{fam}"] = step_checks.pool_form("cpu", step_checks.kernel_inplace, family=fam)
+    out["seconds"][f"pool_{fam}"] = round(time.time() - t, 1)
+print(json.dumps(out))

@@ -1,0 +1,137 @@
+"""Checks of the decode step shared by the interpreted (CPU), CPU-engine and CUDA tests; each
+returns plain verdicts (JSON-serialisable)."""
+
+from __future__ import annotations
+
+import torch
+
+from leapquant.eval import step_criterion, step_inputs
+from leapquant.kda.format import CHECKPOINT_FIELDS, WINDOW_FIELDS
+from leapquant.kda.geometry import H, K, L, V
+from leapquant.kda.pool import Pool
+
+CKPT = tuple(CHECKPOINT_FIELDS)
+WIN = tuple(WINDOW_FIELDS)
+POOL_TENSORS = ("raw", "kbuf", "ubuf", "gbuf", "w", "pcum", "hcnt")
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN patterns compare equal to themselves)."""
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    dt = ints[a.element_size()]
+    return a.shape == b.shape and torch.equal(a.contiguous().view(dt), b.contiguous().view(dt))
+
+
+def poisoned_outputs(x: dict):
+    """Output tensors of the functional form filled with NaN (a store that is skipped shows)."""
+    nan = float("nan")
+    return (torch.full_like(x["vx"], nan), torch.full_like(x["kx"], nan), torch.full_like(x["vx"], nan),
+            torch.full_like(x["kx"], nan, dtype=torch.float16), torch.full_like(x["w"], nan),
+            torch.full_like(x["pcum"], nan))
+
+
+def functional(family: str, B: int, device, run, seed: int = 11) -> dict:
+    """``run(x, outs)`` writes the step of the inputs ``x`` into the six tensors ``outs``; judged
+    by the criterion; the inputs must come back bit-identical."""
+    x = step_inputs.make(family, B, device, seed)
+    copies = {n: t.clone() for n, t in x.items()}
+    outs = poisoned_outputs(x)
+    run(x, outs)
+    ok, worst = step_criterion.judge(outs, x)
+    by = step_criterion.worst_by_output(outs, x)
+    return {"ok": ok, "worst": worst, "by_output": by,
+            "inputs_unchanged": all(same_bits(x[n], copies[n]) for n in x)}
+
+
+def kernel_functional(x: dict, outs) -> None:
+    from leapquant.kda.step.triton_kernel import launch_step
+
+    o, *new = outs
+    launch_step(tuple(x[n] for n in CKPT), tuple(x[n] for n in WIN), x["h"],
+                tuple(x[n] for n in step_inputs.TOKEN_ARGS), x["A_log"], x["dt_bias"], o, new=tuple(new))
+
+
+def kernel_inplace(pool, idx, mixed, a, b, A_log, dt_bias, o) -> None:
+    from leapquant.kda.step.triton_kernel import launch_step
+
+    hk = H * K
+    launch_step(pool.checkpoint, pool.window, pool.hcnt, (mixed[:, :hk], mixed[:, hk : 2 * hk], mixed[:, 2 * hk :], a, b),
+                A_log, dt_bias, o, idx=idx)
+
+
+def mixed_rows(x: dict) -> torch.Tensor:
+    """The ``(q | k | v)`` rows of the tokens in ``x``: bf16 ``[B, 2 H K + H V]``."""
+    B = x["qx"].shape[0]
+    return torch.cat([x["qx"].reshape(B, -1), x["kx"].reshape(B, -1), x["vx"].reshape(B, -1)], -1)
+
+
+def snapshot(pool: Pool) -> dict:
+    return {n: getattr(pool, n).clone() for n in POOL_TENSORS}
+
+
+def stepped_pool(device, family: str = "random", seed: int = 21):
+    """A 6-slot pool whose slots 1..5 hold ``family``'s checkpoints and windows, with slot 2's
+    even heads at ``hcnt == L`` (just flushed: w = 0, gbuf = 1, pcum = 0), slot 3's heads all at
+    ``L - 1``; and a call ``idx = [3, 0, 1, -1, 2, 5]`` (slot 4 left out) with its tokens (junk on
+    the rows of ids <= 0). Returns ``(pool, idx, mixed, a, b, A_log, dt_bias)``."""
+    x = step_inputs.make(family, 5, device, seed)
+    pool = Pool(6, device)
+    for name in CKPT + WIN:
+        getattr(pool, name)[1:] = x[name]
+    pool.hcnt[1:] = x["h"]
+    pool.hcnt[2, ::2] = L
+    pool.w[2, ::2] = 0
+    pool.gbuf[2, ::2] = 1
+    pool.pcum[2, ::2] = 0
+    pool.hcnt[3] = L - 1
+    idx = torch.tensor([3, 0, 1, -1, 2, 5], dtype=torch.int32, device=device)
+    tok = step_inputs.tokens(6, device, seed + 1)  # row i: the token of sequence idx[i]
+    return pool, idx, mixed_rows(tok), tok["a"], tok["b"], x["A_log"], x["dt_bias"]
+
+
+def pool_form(device, run, family: str = "random", seed: int = 21) -> dict:
+    """Run ``run(pool, idx, mixed, a, b, A_log, dt_bias, o)`` on ``stepped_pool`` and check: zero
+    output rows for ids <= 0; the live programs' outputs and appended entries against the
+    criterion, with ``hcnt == L`` read as 0; ``hcnt = h + 1``; every other byte unchanged."""
+    pool, idx, mixed, a, b, A_log, dt_bias = stepped_pool(device, family, seed)
+    before = snapshot(pool)
+    o = torch.full((idx.numel(), H, V), float("nan"), dtype=torch.bfloat16, device=device)
+    run(pool, idx, mixed, a, b, A_log, dt_bias, o)
+    live = idx > 0
+    rows = live.nonzero().squeeze(1)
+    slots = idx[rows].long()
+    zero_rows = bool((o[~live] == 0).all())
+    # the inputs each live program saw, from the pool as it was
+    h = before["hcnt"][slots]
+    h = torch.where(h >= L, torch.zeros_like(h), h)
+    old = dict(zip(CKPT, _views(pool, before["raw"])))
+    inp = {n: old[n][slots] for n in CKPT}
+    inp.update({n: before[n][slots] for n in WIN})
+    inp["h"] = h
+    n = rows.numel()
+    inp.update(qx=mixed[rows, : H * K].reshape(n, H, K), kx=mixed[rows, H * K : 2 * H * K].reshape(n, H, K),
+               vx=mixed[rows, 2 * H * K :].reshape(n, H, V), a=a[rows], b=b[rows], A_log=A_log, dt_bias=dt_bias)
+    s = slots[:, None].expand(n, H)
+    hd = torch.arange(H, device=device)[None, :].expand(n, H)
+    e = h.long()
+    got = (o[rows], pool.kbuf[s, hd, e], pool.ubuf[s, hd, e], pool.gbuf[s, hd, e], pool.w[slots], pool.pcum[slots])
+    ok, worst = step_criterion.judge(got, inp)
+    advanced = bool((pool.hcnt[slots] == h + 1).all())
+    # everything but the appended entries and the live programs' pcum and hcnt stays bit-identical
+    touched = torch.zeros(pool.num_slots, H, L, dtype=torch.bool, device=device)
+    touched[s, hd, e] = True
+    untouched = same_bits(pool.raw, before["raw"])
+    for name in ("kbuf", "ubuf", "gbuf", "w"):
+        untouched &= same_bits(getattr(pool, name)[~touched], before[name][~touched])
+    other = torch.ones(pool.num_slots, dtype=torch.bool, device=device)
+    other[slots] = False
+    for name in ("pcum", "hcnt"):
+        untouched &= same_bits(getattr(pool, name)[other], before[name][other])
+    flushed = bool((before["hcnt"][2, ::2] == L).all() and (pool.hcnt[2, ::2] == 1).all())
+    return {"ok": ok, "worst": worst, "zero_rows": zero_rows, "advanced": advanced, "untouched": untouched,
+            "flushed_read_as_empty": flushed}
+
+
+def _views(pool: Pool, raw):
+    """The checkpoint views of ``pool`` laid over another raw buffer."""
+    return tuple(raw.view(v.dtype).as_strided(v.shape, v.stride(), v.storage_offset()) for v in pool.checkpoint)

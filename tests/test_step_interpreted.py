@@ -1,0 +1,42 @@
+"""The Triton decode step kernel's logic on the CPU, under Triton's interpreter (a subprocess: the
+interpreter is picked when the kernel module is imported)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+triton = pytest.importorskip("triton")
+HERE = os.path.dirname(__file__)
+FAMILIES = ("structured", "next_step", "random")
+
+
+@pytest.fixture(scope="module")
+def verdicts():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(HERE, "..", "src"), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "interpreted_step.py")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("family", FAMILIES)
+def test_interpreted_step_meets_criterion(verdicts, family):
+    v = verdicts["functional"][family]
+    assert verdicts["interpreted"]
+    assert v["ok"] and v["worst"] <= 1.0, v
+    assert v["inputs_unchanged"], v
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("family", ["random", "structured"])
+def test_interpreted_step_pool_form(verdicts, family):
+    v = verdicts[f"pool_{family}"]
+    assert v["ok"] and v["worst"] <= 1.0, v  # outputs and appended entries
+    assert v["zero_rows"], v  # idx 0 and -1: zero output rows
+    assert v["advanced"] and v["flushed_read_as_empty"], v  # hcnt = h + 1, hcnt == L read as 0
+    assert v["untouched"], v  # nothing else written, bit for bit
