@@ -130,7 +130,11 @@ def _step(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b,
     pcum_new = pcum.to(f32) + g
     pc = torch.exp(pcum_new)
     D = entry_decay(gbuf, en, h, f32)
-    ckpt_window = (codes, s_k, s_v, u, q, kbuf, ubuf, w, pc, D)
+    # rows at or past the fill count are not read, as in the kernel (a pool's stale rows)
+    live = (torch.arange(L, device=h.device) < h.unsqueeze(-1)).unsqueeze(-1)
+    kbuf, ubuf = (torch.where(live, t, torch.zeros((), dtype=t.dtype, device=t.device)) for t in (kbuf, ubuf))
+    w_live = torch.where(live.squeeze(-1), w, torch.zeros((), dtype=w.dtype, device=w.device))
+    ckpt_window = (codes, s_k, s_v, u, q, kbuf, ubuf, w_live, pc, D)
     if products:
         Skn, Sqn = step_products(*ckpt_window, torch.stack((kn, qn), -2), f32).unbind(-2)
     else:

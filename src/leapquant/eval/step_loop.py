@@ -1,0 +1,120 @@
+"""The decode loop on a Pool against flash-linear-attention's fp32-state recurrence.
+
+A prefill (fla's ``naive_recurrent_kda`` from a zero state) gives each sequence an fp32 state;
+``write_state`` compresses it into a pool slot; then every token runs ``step_inplace`` and
+``leapquant.kda.flush_inplace`` (which compresses each window as it fills). The same tokens
+continue fla's recurrence from the same fp32 state, and the outputs are compared window by
+window. fla is imported here only (an evaluation module; nothing the engines import needs it).
+
+fla's ``naive_recurrent_kda(q, k, v, g, beta, scale, initial_state, output_final_state)``
+(fla-core 0.6.0, ``fla/ops/kda/naive.py``): q, k ``[B, T, H, K]``, v ``[B, T, H, V]``, g
+``[B, T, H, K]`` the per-channel decay in log space, beta ``[B, T, H]``, state ``[B, H, K, V]``;
+per token ``S = S * exp(g)[:, None]``, ``S += (beta k) (v - k^T S)^T``, ``o = (scale q)^T S``. It
+does not normalise q or k (fla's kernels do that on request, ``use_qk_l2norm_in_kernel``), so
+the loop feeds it the step's own ``kn``, ``qn`` (``qn`` already holds ``K^-0.5``: ``scale=1``),
+``g`` and the bf16-rounded ``beta`` (``naive.normalize_qk``, ``naive.gate``).
+
+``python -m leapquant.eval.step_loop [--tokens T] [--sequences N]`` prints the per-window errors.
+Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-step.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from ..kda.geometry import H, K, L, R, V
+from ..kda.pool import Pool
+from ..kda.step.naive import gate, normalize_qk
+from . import step_inputs
+
+
+def token_stream(N: int, T: int, device="cpu", seed: int = 0) -> dict:
+    """``T`` tokens for ``N`` sequences, as the step families draw them: ``qx, kx, a`` bf16
+    ``[T, N, H, K]``, ``vx`` bf16 ``[T, N, H, V]`` (N(0, 1)), ``b`` bf16 ``[T, N, H]`` (2 N(0, 1))."""
+    toks = [step_inputs.tokens(N, device, seed * 100003 + t) for t in range(T)]
+    return {n: torch.stack([t[n] for t in toks]) for n in step_inputs.TOKEN_ARGS}
+
+
+def fla_inputs(tok: dict, params: dict) -> dict:
+    """fla's ``q, k, v, g, beta`` (fp32, ``[N, T, H, ...]``) from a token stream: the step's own
+    normalisation and gate."""
+    qn, kn = normalize_qk(tok["qx"], tok["kx"])
+    g, _, beta = gate(tok["a"], tok["b"], params["A_log"], params["dt_bias"])
+    return {"q": qn.transpose(0, 1), "k": kn.transpose(0, 1), "v": tok["vx"].float().transpose(0, 1),
+            "g": g.transpose(0, 1), "beta": beta.transpose(0, 1)}
+
+
+def fla_recurrence(tok: dict, params: dict, state: torch.Tensor | None):
+    """fla's fp32 recurrence over ``tok`` from ``state`` (``[N, H, K, V]`` or None for zeros):
+    ``(o fp32 [T, N, H, V], final state fp32 [N, H, K, V])``."""
+    from fla.ops.kda.naive import naive_recurrent_kda
+
+    x = fla_inputs(tok, params)
+    o, S = naive_recurrent_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=1.0,
+                               initial_state=state, output_final_state=True)
+    return o.transpose(0, 1), S
+
+
+def decode_loop(N: int = 2, T: int = 32, prefill: int = 64, device="cpu", seed: int = 0,
+                bias_shift: float = 0.0) -> dict:
+    """Run the loop (module docstring) for ``N`` sequences and ``T`` decode tokens after a
+    ``prefill``-token prefill. Returns ``{"window_rel": [...], "window_worst_head": [...],
+    "rounding_rel": [...], "state_scale": float}``: per window of ``L`` tokens, ``||o - o_fla|| /
+    ||o_fla||`` over the window's outputs, the worst of that ratio over (sequence, head), and the
+    same ratio for ``bf16(o_fla)`` alone (the output format's own share). ``bias_shift`` is added
+    to ``dt_bias`` (e.g. -4: slow gates, ~0.7% decay a token, so the state and its checkpoint
+    carry a long memory instead of being forgotten within a window)."""
+    from ..kda import flush_inplace
+    from ..kda.step.engine import step_inplace, write_state
+
+    params = step_inputs.model_params(device)
+    params["dt_bias"] = params["dt_bias"] + bias_shift
+    gen = torch.Generator(device=device).manual_seed(seed + 17)
+    q0 = torch.randn(V, R, generator=gen, device=device)
+    _, S0 = fla_recurrence(token_stream(N, prefill, device, seed + 1), params, None)
+    tok = token_stream(N, T, device, seed + 2)
+    o_ref, _ = fla_recurrence(tok, params, S0.clone())
+
+    pool = Pool(N + 1, device)
+    idx = torch.arange(1, N + 1, dtype=torch.int32, device=device)
+    write_state(pool, idx, S0, q0)
+    outs = []
+    for t in range(T):
+        mixed = torch.cat([tok["qx"][t].reshape(N, -1), tok["kx"][t].reshape(N, -1), tok["vx"][t].reshape(N, -1)], -1)
+        o = torch.empty(N, H, V, dtype=torch.bfloat16, device=device)
+        step_inplace(pool, idx, mixed, tok["a"][t], tok["b"][t], params["A_log"], params["dt_bias"], o)
+        flush_inplace(pool, idx, q0)
+        outs.append(o.float())
+    o = torch.stack(outs)  # [T, N, H, V]
+    res = {"window_rel": [], "window_worst_head": [], "rounding_rel": [],
+           "state_scale": float(S0.abs().mean())}
+    for w0 in range(0, T, L):
+        sl = slice(w0, w0 + L)
+        err, ref = o[sl] - o_ref[sl], o_ref[sl]
+        res["window_rel"].append(float(err.norm() / ref.norm()))
+        per_head = err.square().sum((0, 3)).sqrt() / ref.square().sum((0, 3)).sqrt()  # [N, H]
+        res["window_worst_head"].append(float(per_head.max()))
+        res["rounding_rel"].append(float((ref.bfloat16().float() - ref).norm() / ref.norm()))
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--sequences", type=int, default=2)
+    ap.add_argument("--prefill", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bias-shift", type=float, default=0.0, help="added to dt_bias (-4: slow gates)")
+    args = ap.parse_args(argv)
+    res = decode_loop(args.sequences, args.tokens, args.prefill, "cpu", args.seed, args.bias_shift)
+    print(f"state scale (mean |S| after the prefill): {res['state_scale']:.4g}")
+    print("window  rel. error  worst head  bf16(o) alone")
+    for i, (a, b, c) in enumerate(zip(res["window_rel"], res["window_worst_head"], res["rounding_rel"])):
+        print(f"{i:6d}  {a:10.3e}  {b:10.3e}  {c:13.3e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

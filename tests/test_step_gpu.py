@@ -1,0 +1,82 @@
+"""The decode step kernel on a CUDA device: the criterion at serving batch sizes, the pool form, no
+compilation after warm_up_step, CUDA-graph capture, and the loop against fla. Skipped without
+CUDA (not run on the CPU-only development machine: see STEP_NOTES.md)."""
+
+import pytest
+import torch
+
+import step_checks
+from leapquant.eval import step_inputs
+from leapquant.kda.geometry import H, L, V
+from leapquant.kda.pool import Pool
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+@pytest.mark.parametrize("family", step_inputs.FAMILIES)
+@pytest.mark.parametrize("B", [1, 64])
+def test_kernel_meets_criterion(family, B):
+    v = step_checks.functional(family, B, "cuda", step_checks.kernel_functional)
+    assert v["ok"] and v["worst"] <= 1.0 and v["inputs_unchanged"], v
+
+
+@pytest.mark.parametrize("family", ["random", "structured"])
+def test_engine_step_on_cuda(family):
+    from leapquant.kda.step.engine import step
+
+    v = step_checks.functional(family, 16, "cuda", lambda x, outs: [t.copy_(r) for t, r in zip(outs, step(**x))])
+    assert v["ok"] and v["inputs_unchanged"], v
+
+
+@pytest.mark.parametrize("family", ["random", "structured"])
+def test_pool_form(family):
+    from leapquant.kda.step.engine import step_inplace
+
+    v = step_checks.pool_form("cuda", step_inplace, family=family)
+    assert v["ok"] and v["zero_rows"] and v["advanced"] and v["flushed_read_as_empty"] and v["untouched"], v
+
+
+def _cache_size():
+    from leapquant.kda.step.triton_kernel import _step_kernel
+
+    return sum(len(c[0]) for c in _step_kernel.device_caches.values())
+
+
+def test_no_compilation_after_warm_up_and_graph_capture():
+    from leapquant.kda.step.engine import step_inplace, warm_up_step
+
+    pool, idx, mixed, a, b, A_log, dt_bias = step_checks.stepped_pool("cuda")
+    warm_up_step(pool)
+    compiled = _cache_size()
+    # a sliced mixed row (other row stride, other alignment) must not compile a new variant
+    wide = torch.zeros(idx.numel(), mixed.shape[1] + 8, dtype=mixed.dtype, device="cuda")
+    wide[:, 8:] = mixed
+    mixed_view = wide[:, 8:]
+    eager = Pool(pool.num_slots, "cuda")
+    for name in step_checks.POOL_TENSORS:
+        getattr(eager, name).copy_(getattr(pool, name))
+    o_eager = torch.empty(idx.numel(), H, V, dtype=torch.bfloat16, device="cuda")
+    step_inplace(eager, idx, mixed_view, a, b, A_log, dt_bias, o_eager)
+    torch.cuda.synchronize()
+    assert _cache_size() == compiled
+    # the same step captured in a graph and replayed: the same bits
+    o = torch.empty_like(o_eager)
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        with torch.cuda.graph(graph, stream=side):
+            step_inplace(pool, idx, mixed_view, a, b, A_log, dt_bias, o)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert step_checks.same_bits(o, o_eager)
+    for name in step_checks.POOL_TENSORS:
+        assert step_checks.same_bits(getattr(pool, name), getattr(eager, name)), name
+    assert _cache_size() == compiled
+
+
+def test_decode_loop_on_cuda_tracks_fla():
+    pytest.importorskip("fla.ops.kda.naive")
+    from leapquant.eval.step_loop import decode_loop
+
+    res = decode_loop(N=4, T=2 * L, prefill=64, device="cuda", seed=0)
+    assert max(res["window_rel"]) <= 5e-3 and res["window_rel"][-1] <= 1.5 * res["window_rel"][0], res
