@@ -13,6 +13,9 @@ import step_checks  # noqa: E402
 from leapquant.eval import step_inputs  # noqa: E402
 
 out = {"interpreted": os.environ.get("TRITON_INTERPRET") == "1", "seconds": {}}
+t = time.time()
+out["beta_disagreements"] = step_checks.kernel_beta_disagreements("cpu")
+out["seconds"]["beta"] = round(time.time() - t, 1)
 out["functional"] = {}
 for fam in step_inputs.FAMILIES:
     t = time.time()

@@ -59,6 +59,30 @@ def kernel_inplace(pool, idx, mixed, a, b, A_log, dt_bias, o) -> None:
                 A_log, dt_bias, o, idx=idx)
 
 
+def all_bf16(limit: float = 80.0) -> torch.Tensor:
+    """Every finite bf16 value with |b| < limit (the domain of beta's pre-activation)."""
+    b = torch.arange(0, 1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    return b[torch.isfinite(b.float()) & (b.float().abs() < limit)].contiguous()
+
+
+def kernel_beta_disagreements(device) -> int:
+    """Bf16 inputs whose beta from the kernel's ``_beta_bf16`` differs from ``sigmoid(b)`` correctly
+    rounded to bf16 (``naive.beta_bf16``), over every bf16 b with |b| < 80."""
+    from step_beta_kernel import betas_kernel
+
+    from leapquant.kda.step.naive import beta_bf16
+    from leapquant.kda.step.triton_kernel import BETA_SERIES_BELOW
+
+    b = all_bf16()
+    n = 1 << 16
+    padded = torch.zeros(n, dtype=torch.bfloat16, device=device)
+    padded[: b.numel()] = b.to(device)
+    got = torch.empty(n, dtype=torch.float32, device=device)
+    block = n if device == "cpu" else 1024  # one interpreted program, or many small ones
+    betas_kernel[(n // block,)](padded, got, SMALL=BETA_SERIES_BELOW, N=block)
+    return int((got[: b.numel()].double().cpu() != beta_bf16(b)).sum())
+
+
 def mixed_rows(x: dict) -> torch.Tensor:
     """The ``(q | k | v)`` rows of the tokens in ``x``: bf16 ``[B, 2 H K + H V]``."""
     B = x["qx"].shape[0]

@@ -36,6 +36,11 @@ def test_pool_form(family):
     assert v["ok"] and v["zero_rows"] and v["advanced"] and v["flushed_read_as_empty"] and v["untouched"], v
 
 
+def test_beta_is_correctly_rounded_for_every_bf16_input():
+    # on the GPU, sigmoid's exp is a fast approximation: the margins of _beta_bf16 must cover it
+    assert step_checks.kernel_beta_disagreements("cuda") == 0
+
+
 def _cache_size():
     from leapquant.kda.step.triton_kernel import _step_kernel
 

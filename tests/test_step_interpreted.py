@@ -40,3 +40,9 @@ def test_interpreted_step_pool_form(verdicts, family):
     assert v["zero_rows"], v  # idx 0 and -1: zero output rows
     assert v["advanced"] and v["flushed_read_as_empty"], v  # hcnt = h + 1, hcnt == L read as 0
     assert v["untouched"], v  # nothing else written, bit for bit
+
+
+@pytest.mark.interpreter
+def test_interpreted_beta_is_correctly_rounded_for_every_bf16_input(verdicts):
+    # sigmoid(b) for small bf16 b sits within a fraction of an fp32 ulp of a bf16 midpoint
+    assert verdicts["beta_disagreements"] == 0

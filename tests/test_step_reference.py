@@ -133,6 +133,26 @@ def test_half_step():
         2.0**-11, 2.0**-25]
 
 
+def test_beta_is_sigmoid_rounded_once_to_bf16():
+    import step_checks
+
+    b = step_checks.all_bf16()
+    s = torch.sigmoid(b.double())
+    beta = naive.beta_bf16(b)
+    # beta is a bf16 value, and no bf16 value is nearer to sigmoid(b) (a tie goes to the even one)
+    assert torch.equal(beta.bfloat16().double(), beta)
+    bits = beta.float().view(torch.int32)
+    up = ((bits >> 16) + 1 << 16).view(torch.float32).double()
+    down = ((bits >> 16) - 1 << 16).view(torch.float32).double()
+    err = (beta - s).abs()
+    assert bool((err <= (up - s).abs()).all() and (err <= (down - s).abs()).all())
+    tie = (err == (up - s).abs()) | (err == (down - s).abs())
+    assert bool(((bits[tie] >> 16) % 2 == 0).all())
+    # the subnormal grid below bf16's smallest normal
+    tiny = torch.tensor([3 * 2.0**-134, 2.0**-140], dtype=torch.float64)
+    assert naive.round_bf16_exact(tiny).tolist() == [2 * 2.0**-133, 0.0]
+
+
 def test_next_step_family_appends_the_outputs():
     first = step_inputs.structured(2, "cpu", 3)
     out = naive.step_reference(**first)

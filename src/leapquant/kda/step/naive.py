@@ -51,14 +51,29 @@ def gate(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.T
 
     ``a`` ``[..., H, K]`` and ``b`` ``[..., H]`` (bf16 in the step), ``A_log`` ``[H]``, ``dt_bias``
     ``[H, K]``. ``g = -exp(A_log) * softplus(a + dt_bias)`` (the log-space per-channel decay,
-    ``<= 0``), ``en = exp(g)``, both ``[..., H, K]``; ``beta = sigmoid(b)`` rounded to bf16 and
-    returned in ``dtype``, ``[..., H]``. Every intermediate in ``dtype``.
+    ``<= 0``), ``en = exp(g)``, both ``[..., H, K]``, every intermediate in ``dtype``; ``beta =
+    sigmoid(b)`` correctly rounded to bf16 (``beta_bf16``), returned in ``dtype``, ``[..., H]``.
     """
     x = a.to(dtype) + dt_bias.to(dtype)
     softplus = torch.where(x <= SOFTPLUS_THRESHOLD, torch.log1p(torch.exp(x.clamp_max(SOFTPLUS_THRESHOLD))), x)
     g = -torch.exp(A_log.to(dtype)).unsqueeze(-1) * softplus
-    beta = torch.sigmoid(b.to(dtype)).to(torch.bfloat16).to(dtype)
-    return g, torch.exp(g), beta
+    return g, torch.exp(g), beta_bf16(b).to(dtype)
+
+
+def round_bf16_exact(x: torch.Tensor) -> torch.Tensor:
+    """fp64 ``x`` rounded once to the nearest bf16 value, ties to even, returned in fp64 (torch's
+    fp64 -> bf16 cast rounds twice, through fp32: wrong at a few values)."""
+    _, e = torch.frexp(x)  # x = m 2^e, 0.5 <= |m| < 1: 8 significant bits are 2^(e - 8) apart
+    e = torch.clamp(e, min=-125).to(torch.float64)  # below bf16's smallest normal: its subnormal grid
+    return torch.round(x * torch.exp2(8 - e)) * torch.exp2(e - 8)
+
+
+def beta_bf16(b: torch.Tensor) -> torch.Tensor:
+    """``sigmoid(b)`` correctly rounded to bf16 (returned as fp64). fp64 is needed: for small bf16
+    ``b``, ``sigmoid(b) ~ 0.5 + b/4`` falls within a fraction of an fp32 ulp of a bf16 rounding
+    midpoint (``b = -2^-8``: 0.04 ulp), so fp32 ``sigmoid`` then bf16 rounds some inputs the other
+    way; fp64's error (~1e-16) is far below every such distance."""
+    return round_bf16_exact(torch.sigmoid(b.to(torch.float64)))
 
 
 def entry_decay(gbuf: torch.Tensor, en: torch.Tensor, h: torch.Tensor, dtype: torch.dtype = torch.float32):

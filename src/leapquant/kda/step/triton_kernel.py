@@ -50,6 +50,7 @@ import triton.language as tl
 from ..geometry import H, K, L, QMAX, R, V
 from .naive import QK_NORM_EPS, QK_SCALE, SOFTPLUS_THRESHOLD
 
+BETA_SERIES_BELOW = 0.5  # |b| below this: beta from a series (see _beta_bf16)
 BLOCK_V = 32  # value rows per pass of phase 2: a [32, 128] codes tile is 32 codes a thread
 NUM_WARPS = 4
 # registers stay low (~40 live values a thread), so many programs are resident per SM and keep
@@ -62,6 +63,46 @@ def _round_bf16(x):
     bits = x.to(tl.int32, bitcast=True)
     bits = bits + 0x7FFF + ((bits >> 16) & 1)
     return (bits & -65536).to(tl.float32, bitcast=True).to(tl.bfloat16)
+
+
+@triton.jit
+def _round_bf16_split(s, err):
+    # bf16 of the exact s + err for s > 0 and |err| <= half an fp32 ulp of s: rounding s alone is
+    # right except where s is a bf16 midpoint, where the sign of err breaks the tie
+    bits = s.to(tl.int32, bitcast=True)
+    near = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    tie = (bits & 0xFFFF) == 0x8000
+    down = bits & -65536
+    bits = tl.where(tie & (err > 0), down + 65536, tl.where(tie & (err < 0), down, near))
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _beta_bf16(b, SMALL: tl.constexpr):
+    # sigmoid(b) correctly rounded to bf16 for a bf16 b (as fp32). For |b| < SMALL, sigmoid(b) =
+    # 0.5 + t with t = -e1 / (2 (2 + e1)), e1 = expm1(-b) by its Taylor series (degree 9, no exp:
+    # the same bits on every backend), accurate to a few ulps of t; 0.5 + t is then split exactly
+    # (Fast2Sum) so the bf16 rounding sees t's low bits. sigmoid(b) ~ 0.5 + b/4 puts small bf16 b
+    # as close as 0.04 fp32 ulps of sigmoid to a bf16 midpoint, but never closer than 6.6 ulps of
+    # t (b = 0.2275). For |b| >= SMALL the plain sigmoid (fast exp on GPUs: a few ulps) is at least
+    # 47.9 ulps from every midpoint. Both margins: over every bf16 b with |b| < 80 (STEP_NOTES.md);
+    # beyond -80 sigmoid(b) is a bf16 subnormal that fp32 exp loses (outside the domain).
+    y = -b
+    e1 = 1.0 + y * (1.0 / 9.0)
+    e1 = 1.0 + y * (1.0 / 8.0) * e1
+    e1 = 1.0 + y * (1.0 / 7.0) * e1
+    e1 = 1.0 + y * (1.0 / 6.0) * e1
+    e1 = 1.0 + y * (1.0 / 5.0) * e1
+    e1 = 1.0 + y * (1.0 / 4.0) * e1
+    e1 = 1.0 + y * (1.0 / 3.0) * e1
+    e1 = 1.0 + y * 0.5 * e1
+    e1 = y * e1
+    t = tl.math.div_rn(-e1, 2.0 * (2.0 + e1))
+    s_small = 0.5 + t
+    err = t - (s_small - 0.5)  # exact: |t| < 0.5 (Fast2Sum)
+    small = tl.abs(b) < SMALL
+    s = tl.where(small, s_small, tl.sigmoid(b))
+    return _round_bf16_split(s, tl.where(small, err, 0.0))
 
 
 @triton.jit
@@ -93,6 +134,7 @@ def _step_kernel(
     BV: tl.constexpr,  # value rows per pass
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr, NR: tl.constexpr,
     QM: tl.constexpr, NORM_EPS: tl.constexpr, SCALE: tl.constexpr, SP_THRESHOLD: tl.constexpr,
+    BETA_SMALL: tl.constexpr,
 ):
     c = tl.program_id(0)
     row = c // NH  # batch row (functional) or entry of idx (pool)
@@ -125,7 +167,7 @@ def _step_kernel(
     xg = tl.load(a + tok_k + k).to(tl.float32) + tl.load(dt_bias + head * NK + k)
     g = -tl.exp(tl.load(A_log + head)) * _softplus(xg, SP_THRESHOLD)
     en = tl.exp(g)
-    beta = _round_bf16(tl.sigmoid(tl.load(b + tok * NH + head).to(tl.float32))).to(tl.float32)
+    beta = _beta_bf16(tl.load(b + tok * NH + head).to(tl.float32), BETA_SMALL)
     pcum_n = tl.load(pcum + prog * NK + k) + g
     pc = tl.exp(pcum_n)
 
@@ -203,7 +245,7 @@ def _checkpoint_strides(codes, s_k, s_v, u, q) -> dict:
 
 
 _CONSTANTS = dict(BV=BLOCK_V, NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), NORM_EPS=QK_NORM_EPS,
-                  SCALE=QK_SCALE, SP_THRESHOLD=SOFTPLUS_THRESHOLD)
+                  SCALE=QK_SCALE, SP_THRESHOLD=SOFTPLUS_THRESHOLD, BETA_SMALL=BETA_SERIES_BELOW)
 
 
 def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None):
