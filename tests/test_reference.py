@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from leapquant.kda import decode, inputs, reference
-from leapquant.kda.criterion import evaluate
-from leapquant.kda.naive import decay_since_append, mgs, quantize, rebuild
+from leapquant.eval import flush_inputs as inputs
+from leapquant.kda import decode, reference
+from leapquant.eval.flush_criterion import evaluate
+from leapquant.kda.flush.naive import decay_since_append, mgs, quantize, rebuild
 
 B = 2
 # a flush from a q0 with a repeated column against the same flush from independent columns
@@ -95,7 +96,7 @@ def test_structured_edge_heads_are_as_specified():
 
 
 def test_guard_overflow_keeps_the_product_and_only_acts_on_overflow():
-    from leapquant.kda.naive import guard_overflow
+    from leapquant.kda.flush.naive import guard_overflow
 
     uk = torch.randn(3, 128, 4) * torch.tensor([1e5, 1.0, 1e-9, 0.0])
     qv = torch.randn(3, 128, 4) * 0.1
@@ -120,8 +121,8 @@ def test_repeated_q0_columns_keep_four_tokens():
     # four real tokens, so it stays close to its own flush from an independent q0 and clearly
     # better than a flush with three tokens. Both yardsticks are our own well-conditioned flush:
     # their errors agree to ~1e-6 relative across MKL's code paths (1.081 and 1.164 here).
-    from leapquant.kda.criterion import head_errors, well_formed
-    from leapquant.kda.naive import flush_cpu
+    from leapquant.eval.flush_criterion import head_errors, well_formed
+    from leapquant.kda.flush.naive import flush_cpu
 
     def relative_error(x, ckpt):
         err, mag = head_errors(x, ckpt)
@@ -143,8 +144,8 @@ def test_vanishing_state_stays_finite_and_close():
     # |S| ~ 1e-21 (old state decayed by exp(-50), no new entries): fp32 Gram-Schmidt norms of
     # such states underflow unless scaled; the product path stays finite within int8 error.
     # (Below ~1e-22 the format's own EPS floor on both scales limits any implementation.)
-    from leapquant.kda.criterion import head_errors, well_formed
-    from leapquant.kda.naive import flush_cpu
+    from leapquant.eval.flush_criterion import head_errors, well_formed
+    from leapquant.kda.flush.naive import flush_cpu
 
     x = inputs.make("random", 1, "cpu", seed=8)
     x["w"].zero_()
@@ -157,7 +158,7 @@ def test_vanishing_state_stays_finite_and_close():
 
 @pytest.mark.parametrize("family", inputs.STRESS_FAMILIES)
 def test_cpu_flush_covers_the_domain(family):
-    from leapquant.kda.naive import flush_cpu
+    from leapquant.kda.flush.naive import flush_cpu
 
     x = inputs.make(family, B, "cpu", seed=6)
     ref = reference(**x)

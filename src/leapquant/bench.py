@@ -19,11 +19,12 @@ import sys
 
 import torch
 
-from .kda import L, Pool, flush_inplace, inputs, reference
-from .kda.criterion import FORMS
+from .eval import flush_inputs as inputs
+from .eval.flush_criterion import FORMS
+from .kda import L, Pool, flush_inplace, reference
 from .kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
 from .kda.kernel import FORCE_VARIABLE, KERNELS
-from .report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, fmt, human_output, parse_sizes,
+from .eval.report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, fmt, human_output, parse_sizes,
                      pick_device, table, write_json)
 
 KERNEL_NAME = "_flush_kernel"

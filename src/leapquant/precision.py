@@ -22,10 +22,10 @@ import sys
 
 import torch
 
-from .kda import inputs
-from .kda.criterion import CAP, FORMS, RATIO_BOUND
+from .eval import flush_inputs as inputs
+from .eval.flush_criterion import CAP, FORMS, RATIO_BOUND
 from .kda.geometry import H
-from .report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, human_output, fmt, identical_fraction, markdown_table,
+from .eval.report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, human_output, fmt, identical_fraction, markdown_table,
                      parse_sizes, pick_device, relative_error, table, write_json)
 
 DEFAULT_SIZES = "16,32,64,128,256,512"

@@ -14,7 +14,9 @@ import sys
 
 import torch
 
-from .kda import criterion, inputs, reference, run
+from ..kda import reference, run
+from . import flush_criterion as criterion
+from . import flush_inputs as inputs
 
 
 # what the reports say when there is no GPU: the CPU path is the reference's own arithmetic
@@ -42,7 +44,7 @@ def environment(device: torch.device) -> dict:
         p = torch.cuda.get_device_properties(device)
         env.update(gpu=p.name, sm_count=p.multi_processor_count, cuda=torch.version.cuda,
                    capability=f"{p.major}.{p.minor}")
-    from .kda.kernel import choose
+    from ..kda.kernel import choose
 
     env["kernel"] = choose(device) if device.type == "cuda" else "cpu (PyTorch flush)"
     return env
