@@ -1,5 +1,7 @@
 """Generate the Hugging Face ``kernels`` build tree (``build/torch-cpu``, ``build/torch-cuda``) from
-``src/leapquant``, or check that the committed tree is what it would generate.
+``src/leapquant``, or check that a generated tree is what it would generate. The tree is never
+committed (``.gitignore``): run this before loading the checkout through ``kernels`` and when
+publishing to the Hub, so that the package's source exists in one place only.
 
     python scripts/build_kernels.py          # rewrite build/torch-* from src/leapquant
     python scripts/build_kernels.py --check  # write nothing; list the differences, exit 1 if any
@@ -59,8 +61,7 @@ def content_tag(files: dict[str, bytes]) -> str:
     """First 10 hex digits of a SHA-256 over the package's paths and bytes.
 
     It goes into the metadata id (the name the package is imported under), so two different
-    builds loaded in one process do not share modules, and it changes only when the source does
-    (a git hash would make the committed tree stale at every commit)."""
+    builds loaded in one process do not share modules, and it changes only when the source does."""
     h = hashlib.sha256()
     for path, data in sorted(files.items()):
         h.update(path.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)

@@ -16,7 +16,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from leapquant.kda import flush
+from leapquant.kda.flush import triton_kernel as flush
 from leapquant.kda.geometry import H, K, R, V
 
 POINTERS = {
@@ -45,9 +45,22 @@ def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None, mo
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": NUM_STAGES})
 
 
+def require_verified_gluon() -> None:
+    """Exit with a message, before compiling anything, unless this triton is one the Gluon kernel
+    was verified with (Gluon's API changes between releases; another one fails deep inside it)."""
+    try:
+        from leapquant.kda.flush import gluon_kernel as fg
+    except Exception as e:  # a triton without Gluon, or whose Gluon API the module does not fit
+        raise SystemExit(f"--gluon: the Gluon kernel does not import under triton {triton.__version__} ({e}); "
+                         "install the dev extra: pip install -e '.[dev]'")
+    if triton.__version__ not in fg.VERIFIED_TRITON:
+        raise SystemExit(f"--gluon needs triton {' or '.join(fg.VERIFIED_TRITON)} (have {triton.__version__}); "
+                         "install the dev extra: pip install -e '.[dev]'")
+
+
 def compile_gluon(in_place: bool):
     """The Gluon kernel compiled for sm_90a (raises where this triton's Gluon API differs)."""
-    from leapquant.kda import flush_gluon as fg
+    from leapquant.kda.flush import gluon_kernel as fg
 
     consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "TILE": flush.FLAG_TILE, "CTAS": H200_SMS, **fg._CONSTANTS}
     return compile_gluon_kernel(fg._flush_kernel, consts)
@@ -60,7 +73,7 @@ def compile_gluon_kernel(fn, consts: dict):
     KeyError)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from leapquant.kda.flush_gluon import NUM_WARPS
+    from leapquant.kda.flush.gluon_kernel import NUM_WARPS
 
     params = [p.name for p in fn.params]
     missing = [n for n in params if n not in POINTERS and n not in consts]
@@ -101,6 +114,8 @@ def main():
     ap.add_argument("--dump", default=None)
     ap.add_argument("--gluon", action="store_true", help="the Gluon kernel instead of the portable one")
     args = ap.parse_args()
+    if args.gluon:
+        require_verified_gluon()
     k = compile_gluon(args.in_place) if args.gluon else compile_kernel(args.num_warps, args.in_place)
     print(f"num_warps={k.metadata.num_warps} shared={k.metadata.shared} bytes")
     print(resource_usage(k.asm["cubin"]))

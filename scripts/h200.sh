@@ -5,7 +5,7 @@
 #   bash scripts/h200.sh [--sweep] [--ncu] [--precision] [--bytes-only] [--kernels-hub]
 # --kernels-hub: the Hugging Face `kernels` loading tests and README's snippet (needs `kernels`
 # importable, e.g. from wheels installed to a folder on PYTHONPATH)
-# --bytes-only: the Gluon kernel's data path without its math, against the floor (scripts/bytes_only.py)
+# --bytes-only: the Gluon kernel's data path without its math, against the floor (scripts/experiments/bytes_only.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -20,7 +20,7 @@ for opt in "$@"; do
     --kernels-hub) python3 -m pytest -q -rs tests/test_kernels_load.py tests/test_kernels_build.py > "$OUT/kernels_hub.log" 2>&1
                    echo "kernels loading tests: $(tail -n 1 "$OUT/kernels_hub.log")"
                    python3 -c "$(sed -n "/^python -c '\$/,/^'\$/p" README.md | sed '1d;$d')" 2>&1 | tee -a "$OUT/kernels_hub.log" | tail -n 2 ;;
-    --sweep) python3 scripts/sweep.py ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1; grep -E "num_warps|bandwidth|Error" "$OUT/sweep.log" ;;
+    --sweep) python3 scripts/experiments/sweep.py ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1; grep -E "num_warps|bandwidth|Error" "$OUT/sweep.log" ;;
     --ncu) ncu --clock-control none --kernel-name regex:_flush_kernel --launch-skip 1 --launch-count 1 \
              --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
              --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
@@ -31,7 +31,7 @@ for opt in "$@"; do
            # cycles per phase (the default kernel must be the Gluon one; 64 sequences = 2048 programs)
            cycles=$(grep -m1 "Elapsed Cycles" "$OUT/ncu.txt" | awk '{gsub(",", "", $NF); print $NF}')
            python3 scripts/ncu_phases.py "$OUT/sass.csv" "$cycles" 2048 --opcodes 6 | tee "$OUT/ncu_phases.md" ;;
-    --bytes-only) python3 scripts/bytes_only.py > "$OUT/bytes_only.log" 2>&1
+    --bytes-only) python3 scripts/experiments/bytes_only.py > "$OUT/bytes_only.log" 2>&1
                   echo "data path alone (exit $?):"
                   grep -E "copy bandwidth|bytes-only ms|^ *[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$|bytes-only kernel:|needs an" "$OUT/bytes_only.log" ;;
     --precision) python3 -m leapquant.precision --json "$OUT/precision.json" --markdown "$OUT/precision.md" \

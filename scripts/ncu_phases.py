@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 
 from compile_sm90 import H200_SMS, compile_gluon, nvidia_tool
-from leapquant.kda import flush_gluon
+from leapquant.kda.flush import gluon_kernel as flush_gluon
 
 NUM_WARPS = flush_gluon.NUM_WARPS
 # helpers -> phase

@@ -5,7 +5,8 @@ import sys
 
 import torch
 
-from leapquant.kda import inputs, run
+from leapquant.eval import flush_inputs as inputs
+from leapquant.kda import run
 
 B = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 x = inputs.make("random", B, "cuda", seed=1)

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from leapquant.kda import Pool, inputs
+from leapquant.eval import flush_inputs as inputs
+from leapquant.kda import Pool
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -3,8 +3,9 @@
 import torch
 
 from conftest import fill_pool, same_bits, snapshot
-from leapquant.kda import H, L, Pool, inputs, reference
-from leapquant.kda.criterion import evaluate
+from leapquant.eval import flush_inputs as inputs
+from leapquant.kda import H, L, Pool, reference
+from leapquant.eval.flush_criterion import evaluate
 from leapquant.kda.kernel import launch_flush
 
 

@@ -11,7 +11,7 @@ import triton
 
 from leapquant.kda import kernel
 
-flush_gluon = pytest.importorskip("leapquant.kda.flush_gluon")
+flush_gluon = pytest.importorskip("leapquant.kda.flush.gluon_kernel")
 pytestmark = pytest.mark.skipif(triton.__version__ not in flush_gluon.VERIFIED_TRITON,
                                 reason=f"Gluon kernel verified with triton {flush_gluon.VERIFIED_TRITON}")
 
@@ -19,8 +19,8 @@ SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
 
 
 @functools.lru_cache(maxsize=None)
-def _script(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(SCRIPTS, f"{name}.py"))
+def _script(name, folder=SCRIPTS):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -39,8 +39,8 @@ def test_gluon_kernel_compiles_for_sm90a_with_wgmma_and_fits_shared_memory(in_pl
 
 
 def test_bytes_only_probe_compiles_with_the_kernels_staging():
-    # scripts/bytes_only.py: the flush kernel's copies and stores without its math
-    probe = _script("bytes_only")
+    # scripts/experiments/bytes_only.py: the flush kernel's copies and stores without its math
+    probe = _script("bytes_only", os.path.join(SCRIPTS, "experiments"))
     c = _compile_sm90()
     k = c.compile_gluon_kernel(probe._move_bytes_kernel, {**c.DENSE_STRIDES, **flush_gluon._CONSTANTS,
                                                           "CTAS": c.H200_SMS})

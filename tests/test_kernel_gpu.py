@@ -6,8 +6,9 @@ import torch
 
 from conftest import requires_cuda, same_bits, snapshot
 import flush_checks
-from leapquant.kda import L, Pool, flush_inplace, inputs, run
-from leapquant.kda import flush as flush_mod
+from leapquant.eval import flush_inputs as inputs
+from leapquant.kda import L, Pool, flush_inplace, run
+from leapquant.kda.flush import triton_kernel as flush_mod
 from leapquant.kda import kernel as kernel_mod
 
 pytestmark = [requires_cuda, pytest.mark.gpu]
@@ -208,7 +209,7 @@ def test_kernel_with_repeated_q0_columns():
 
 
 def test_vanishing_state_on_cuda():
-    from leapquant.kda.criterion import head_errors, well_formed
+    from leapquant.eval.flush_criterion import head_errors, well_formed
 
     x = inputs.make("random", 2, "cuda", seed=8)
     x["w"].zero_()

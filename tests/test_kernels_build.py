@@ -1,5 +1,6 @@
-"""The committed Hugging Face kernels tree (build/torch-*) is what scripts/build_kernels.py
-generates from src/leapquant, so the two cannot drift; and the check it runs does catch drift."""
+"""scripts/build_kernels.py generates the Hugging Face kernels tree (build/torch-*, never committed)
+from src/leapquant: each variant holds the whole package and its metadata, and the check it runs
+catches drift between a generated tree and the source."""
 
 import importlib.util
 import json
@@ -19,12 +20,6 @@ def _load_generator():
 
 
 gen = _load_generator()
-
-
-def test_committed_build_tree_matches_the_source():
-    diff = gen.differences(gen.expected_tree(), gen.actual_tree())
-    assert not diff, "build/ differs from src/leapquant; run python scripts/build_kernels.py\n" + "\n".join(diff)
-    assert gen.main(["--check"]) == 0
 
 
 def test_every_variant_holds_the_whole_package_and_its_metadata():
@@ -55,12 +50,12 @@ def test_check_reports_each_kind_of_drift(scratch):
     source, build = scratch
     assert gen.differences(gen.expected_tree(source), gen.actual_tree(build)) == []
     (build / "torch-cuda" / "kda" / "pool.py").write_text("# edited by hand\n")
-    (build / "torch-cpu" / "kda" / "naive.py").unlink()
+    (build / "torch-cpu" / "kda" / "flush" / "naive.py").unlink()
     (build / "torch-cpu" / "kda" / "extra.py").write_text("")
     (build / "torch-rocm").mkdir()
     (build / "torch-rocm" / "__init__.py").write_text("")
     diff = gen.differences(gen.expected_tree(source), gen.actual_tree(build))
-    assert diff == ["missing: build/torch-cpu/kda/naive.py", "differs: build/torch-cuda/kda/pool.py",
+    assert diff == ["missing: build/torch-cpu/kda/flush/naive.py", "differs: build/torch-cuda/kda/pool.py",
                     "not generated: build/torch-cpu/kda/extra.py", "not generated: build/torch-rocm/__init__.py"]
 
 

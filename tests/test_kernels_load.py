@@ -1,5 +1,5 @@
-"""leapquant loaded through Hugging Face kernels from this checkout's build/ tree (nothing is
-downloaded) is the same kda module as the pip-installed package, bit for bit: run's CPU path and a
+"""leapquant loaded through Hugging Face kernels from this checkout's build/ tree, generated here
+by scripts/build_kernels.py (nothing is downloaded) is the same kda module as the pip-installed package, bit for bit: run's CPU path and a
 CPU Pool flush here, the Triton kernel as well where CUDA is available."""
 
 import inspect
@@ -18,7 +18,8 @@ kernels = pytest.importorskip("kernels")
 
 import leapquant
 from conftest import fill_pool, requires_cuda, same_bits, snapshot
-from leapquant.kda import L, inputs
+from leapquant.eval import flush_inputs as inputs
+from leapquant.kda import L
 
 REPO = Path(__file__).resolve().parents[1]
 # kernels picks the noarch variant of the backend torch was built for
@@ -27,8 +28,10 @@ VARIANT = REPO / "build" / ("torch-cuda" if torch.version.cuda else "torch-cpu")
 
 @pytest.fixture(scope="module")
 def kernel():
-    """The package as ``kernels.get_local_kernel`` loads it from the checkout, with the Hub offline
-    (a fallback to the Hub would raise instead of downloading)."""
+    """The package as ``kernels.get_local_kernel`` loads it from the checkout's freshly generated
+    build tree, with the Hub offline (a fallback to the Hub would raise instead of downloading)."""
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "build_kernels.py")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
         return kernels.get_local_kernel(REPO)
@@ -113,7 +116,7 @@ def test_triton_kernel_from_the_build_tree_bit_equal_on_cuda(kernel):
     ours, theirs = kernel.kda.run(**x), leapquant.kda.run(**x)
     for name, a, b in zip(inputs.CHECKPOINT_ARGS, ours, theirs):
         assert a.is_cuda and same_bits(a, b), name
-    flush_module = sys.modules[kernel.__name__ + ".kda.flush"]
+    flush_module = sys.modules[kernel.__name__ + ".kda.flush.triton_kernel"]
     assert Path(flush_module.__file__).resolve().is_relative_to(VARIANT.resolve())
     ours, theirs, before = _flush_both(kernel, "cuda")
     assert not same_bits(ours["raw"], before["raw"])

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from leapquant.kda import H, K, L, R, V, Pool, decode, flush_inplace, inputs, run
-from leapquant.kda.naive import flush_cpu
+from leapquant.eval import flush_inputs as inputs
+from leapquant.kda import H, K, L, R, V, Pool, decode, flush_inplace, run
+from leapquant.kda.flush.naive import flush_cpu
 from leapquant.kda.geometry import POOL_OFFSET_WORDS as OFF, SLOT_WORDS as SS
 
 from conftest import fill_pool, same_bits, snapshot

@@ -6,7 +6,8 @@ import math
 import pytest
 
 from leapquant import precision
-from leapquant.kda import criterion, inputs
+from leapquant.eval import flush_criterion as criterion
+from leapquant.eval import flush_inputs as inputs
 
 REQUIRED = ("family", "batch_size", "worst_ratio_head", "worst_ratio_batch_head", "median_ratio_batch_head",
             "rel_error", "rel_error_reference", "heads_under_cap", "codes_identical", "scales_identical", "ok")

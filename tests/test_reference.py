@@ -3,11 +3,15 @@
 import pytest
 import torch
 
-from leapquant.kda import decode, inputs, reference
-from leapquant.kda.criterion import evaluate
-from leapquant.kda.naive import decay_since_append, mgs, quantize, rebuild
+from leapquant.eval import flush_inputs as inputs
+from leapquant.kda import decode, reference
+from leapquant.eval.flush_criterion import evaluate
+from leapquant.kda.flush.naive import decay_since_append, mgs, quantize, rebuild
 
 B = 2
+# a flush from a q0 with a repeated column against the same flush from independent columns
+# (1.081 measured; three tokens instead of four: 1.164)
+REPEATED_Q0_BOUND = 1.12
 
 
 @pytest.fixture(scope="module", params=inputs.FAMILIES)
@@ -92,7 +96,7 @@ def test_structured_edge_heads_are_as_specified():
 
 
 def test_guard_overflow_keeps_the_product_and_only_acts_on_overflow():
-    from leapquant.kda.naive import guard_overflow
+    from leapquant.kda.flush.naive import guard_overflow
 
     uk = torch.randn(3, 128, 4) * torch.tensor([1e5, 1.0, 1e-9, 0.0])
     qv = torch.randn(3, 128, 4) * 0.1
@@ -112,16 +116,27 @@ def test_mgs_replaces_exactly_dependent_columns():
 
 def test_repeated_q0_columns_keep_four_tokens():
     # With a repeated q0 column the reference's 4th token is normalised rounding noise, an
-    # arbitrary direction: per head the two implementations differ both ways by tens of percent
-    # (README: q0 needs independent columns). Over the batch they capture as much.
-    from leapquant.kda.naive import flush_cpu
+    # arbitrary direction that moves with the BLAS's summation order (README: q0 needs independent
+    # columns), so the reference is no yardstick here. What is well-posed: the product path keeps
+    # four real tokens, so it stays close to its own flush from an independent q0 and clearly
+    # better than a flush with three tokens. Both yardsticks are our own well-conditioned flush:
+    # their errors agree to ~1e-6 relative across MKL's code paths (1.081 and 1.164 here).
+    from leapquant.eval.flush_criterion import head_errors, well_formed
+    from leapquant.kda.flush.naive import flush_cpu
+
+    def relative_error(x, ckpt):
+        err, mag = head_errors(x, ckpt)
+        return float(err.sum() / mag.sum())
 
     x = inputs.make("structured", B, "cpu", seed=4)
+    independent = relative_error(x, flush_cpu(**x))
+    three_tokens = relative_error(x, quantize(rebuild(*(x[n] for n in inputs.FLUSH_ARGS[:-1])),
+                                              x["q0"][:, :3].contiguous(), robust=True))
     x["q0"][:, 2] = x["q0"][:, 0]
     got = flush_cpu(**x)
-    res = evaluate(x, got, reference(**x))
-    assert res["well_formed"]
-    assert float(res["err"].sum()) <= 1.1 * float(res["err_ref"].sum())
+    assert well_formed(got)
+    repeated = relative_error(x, got)
+    assert repeated <= REPEATED_Q0_BOUND * independent < three_tokens, (repeated, independent, three_tokens)
     assert float(got[4][..., 2, :].float().abs().amax()) > 0  # a real 4th token, not a zero one
 
 
@@ -129,8 +144,8 @@ def test_vanishing_state_stays_finite_and_close():
     # |S| ~ 1e-21 (old state decayed by exp(-50), no new entries): fp32 Gram-Schmidt norms of
     # such states underflow unless scaled; the product path stays finite within int8 error.
     # (Below ~1e-22 the format's own EPS floor on both scales limits any implementation.)
-    from leapquant.kda.criterion import head_errors, well_formed
-    from leapquant.kda.naive import flush_cpu
+    from leapquant.eval.flush_criterion import head_errors, well_formed
+    from leapquant.kda.flush.naive import flush_cpu
 
     x = inputs.make("random", 1, "cpu", seed=8)
     x["w"].zero_()
@@ -143,7 +158,7 @@ def test_vanishing_state_stays_finite_and_close():
 
 @pytest.mark.parametrize("family", inputs.STRESS_FAMILIES)
 def test_cpu_flush_covers_the_domain(family):
-    from leapquant.kda.naive import flush_cpu
+    from leapquant.kda.flush.naive import flush_cpu
 
     x = inputs.make(family, B, "cpu", seed=6)
     ref = reference(**x)

@@ -12,17 +12,20 @@ restored four calls ahead of the set's next flush, outside the timed kernel.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 
 import torch
 
-from .kda import L, Pool, flush_inplace, inputs, reference
-from .kda.criterion import FORMS
+from .eval import flush_inputs as inputs
+from .eval.flush_criterion import FORMS
+from .kda import L, Pool, flush_inplace, reference
 from .kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
 from .kda.kernel import FORCE_VARIABLE, KERNELS
-from .report import CPU_PATH_NOTE, accuracy_case, environment, fmt, parse_sizes, pick_device, table, write_json
+from .eval.report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, fmt, human_output, parse_sizes,
+                     pick_device, table, write_json)
 
 KERNEL_NAME = "_flush_kernel"
 WARMUP, TIMED, SETS = 4, 16, 8
@@ -127,15 +130,26 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-sizes", type=parse_sizes, default=None,
                     help=f"comma list (default {DEFAULT_SIZES}; {CPU_SIZES} on CPU)")
     ap.add_argument("--skip-timing", action="store_true", help="accuracy only")
-    ap.add_argument("--json", default=None, help="write every figure to this JSON file")
+    ap.add_argument("--json", default=None, help="write every figure to this JSON file ('-': standard output, "
+                    "the tables then go to standard error)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when present")
     ap.add_argument("--kernel", choices=KERNELS, default=None,
                     help=f"force a flush kernel (sets {FORCE_VARIABLE}; default: kernel.choose)")
     args = ap.parse_args(argv)
+    check_output(ap, "--json", args.json)
     if args.kernel:
         os.environ[FORCE_VARIABLE] = args.kernel
-
     device = pick_device(args.device, ap)
+    with contextlib.redirect_stdout(human_output(args.json)):
+        status, payload = _report(args, device)
+    if args.json:
+        write_json(args.json, payload)
+    return status
+
+
+def _report(args, device) -> tuple[int, dict]:
+    """The accuracy cases and timings, printed as they finish, tables last; returns the exit
+    status and the JSON payload."""
     on_gpu = device.type == "cuda"
     sizes = args.batch_sizes or parse_sizes(DEFAULT_SIZES if on_gpu else CPU_SIZES)
     env = environment(device)
@@ -179,8 +193,6 @@ def main(argv=None) -> int:
         for label, B, frac in STEADY_STATE:
             steady.append({"mode": label, "batch_size": B, "due_fraction": frac,
                            **time_flush(B, device, q0, due_fraction=frac)})
-    if args.json:
-        write_json(args.json, {"env": env, "rows": rows, "steady_state": steady})
     headers = ["B"] + [f"{f[:6]} {form}" for f in inputs.FAMILIES for form in ("head", "b,h")] + ["verdict"]
     if timing:
         headers += ["flush ms", "floor ms", "x floor", "torch ms"]
@@ -206,7 +218,7 @@ def main(argv=None) -> int:
         print(table(["mode", "B", "median ms", "min ms", "max ms"],
                     [[t["mode"], t["batch_size"], f"{t['median_ms']:.4f}", f"{t['min_ms']:.4f}", f"{t['max_ms']:.4f}"]
                      for t in steady]))
-    return 0 if all_ok else 1
+    return (0 if all_ok else 1), {"env": env, "rows": rows, "steady_state": steady}
 
 
 if __name__ == "__main__":

@@ -16,15 +16,16 @@ conless-leapquant-kda-flush.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 
 import torch
 
-from .kda import inputs
-from .kda.criterion import CAP, FORMS, RATIO_BOUND
+from .eval import flush_inputs as inputs
+from .eval.flush_criterion import CAP, FORMS, RATIO_BOUND
 from .kda.geometry import H
-from .report import (CPU_PATH_NOTE, accuracy_case, environment, fmt, identical_fraction, markdown_table,
+from .eval.report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, human_output, fmt, identical_fraction, markdown_table,
                      parse_sizes, pick_device, relative_error, table, write_json)
 
 DEFAULT_SIZES = "16,32,64,128,256,512"
@@ -169,12 +170,25 @@ def main(argv=None) -> int:
                     help="default: cuda when present, else cpu (where run() is the fp32 PyTorch flush)")
     ap.add_argument("--batch-sizes", type=parse_sizes, default=None,
                     help=f"comma list (default {DEFAULT_SIZES}; {CPU_SIZES} on CPU)")
-    ap.add_argument("--json", default=None, help="write one record per (family, batch size) case here")
+    ap.add_argument("--json", default=None, help="write one record per (family, batch size) case here ('-': "
+                    "standard output, the tables then go to standard error)")
     ap.add_argument("--markdown", default=None, help="write a markdown summary here")
     ap.add_argument("--histogram", default=None, help="write a PNG histogram of the per-(batch, head) ratios here")
     args = ap.parse_args(argv)
-
+    check_output(ap, "--json", args.json)
+    check_output(ap, "--markdown", args.markdown, stdout_ok=False)
+    check_output(ap, "--histogram", args.histogram, stdout_ok=False)
     device = pick_device(args.device, ap)
+    with contextlib.redirect_stdout(human_output(args.json)):
+        status, payload = _report(args, device)
+    if args.json:
+        write_json(args.json, payload)
+    return status
+
+
+def _report(args, device) -> tuple[int, dict]:
+    """The cases, judged and printed as they finish, then the markdown, histogram and table;
+    returns the exit status and the JSON payload."""
     on_gpu = device.type == "cuda"
     sizes = args.batch_sizes or parse_sizes(DEFAULT_SIZES if on_gpu else CPU_SIZES)
     fams = inputs.all_families()
@@ -194,9 +208,6 @@ def main(argv=None) -> int:
         if on_gpu:
             torch.cuda.empty_cache()
 
-    if args.json:
-        write_json(args.json, {"env": env, "cases": records})
-        print(f"wrote {args.json}")
     if args.markdown:
         write_markdown(args.markdown, env, records)
         print(f"wrote {args.markdown}")
@@ -211,7 +222,7 @@ def main(argv=None) -> int:
     print(f"\n{passed}/{len(records)} cases pass; ratios err(run)/err(ref), bound {RATIO_BOUND} "
           f"(captured heads judged by the {CAP:g} cap); codes/scales 'same' = bitwise-equal fraction")
     print(table(HEADERS, _rows(records)))
-    return 0 if passed == len(records) else 1
+    return (0 if passed == len(records) else 1), {"env": env, "cases": records}
 
 
 if __name__ == "__main__":

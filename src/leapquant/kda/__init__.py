@@ -6,11 +6,10 @@ math) and the geometry constants. Source: LeapQuant (arXiv 2609.38166); NVlabs/k
 conless-leapquant-kda-flush.
 """
 
-from . import inputs
 from .format import decode
 from .geometry import H, K, L, R, V
 from .interface import flush_inplace, run
-from .naive import reference
+from .flush.naive import reference
 from .pool import Pool
 
-__all__ = ["H", "K", "L", "R", "V", "Pool", "decode", "flush_inplace", "inputs", "reference", "run"]
+__all__ = ["H", "K", "L", "R", "V", "Pool", "decode", "flush_inplace", "reference", "run"]

@@ -12,7 +12,7 @@ import torch
 
 from .format import CHECKPOINT_FIELDS, WINDOW_FIELDS, check_batch, check_q0
 from .geometry import L
-from .naive import flush_cpu
+from .flush.naive import flush_cpu
 from .pool import Pool
 
 
@@ -39,8 +39,9 @@ def run(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
             non-contiguous ``q0``.
 
     Example:
-        >>> from leapquant.kda import run, inputs
-        >>> x = inputs.make("random", B=2)
+        >>> from leapquant.kda import run
+        >>> from leapquant.eval import flush_inputs
+        >>> x = flush_inputs.make("random", B=2)
         >>> codes, s_k, s_v, u, q = run(**x)
 
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.

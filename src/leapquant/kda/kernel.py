@@ -1,8 +1,8 @@
 """Which flush kernel runs on a device: the choice is made here and nowhere else.
 
-``gluon`` (``flush_gluon.py``): the Hopper kernel, which runs only on sm_90 devices under a
+``gluon`` (``flush/gluon_kernel.py``): the Hopper kernel, which runs only on sm_90 devices under a
 triton release it was verified with; the default there (``GLUON_BY_DEFAULT``). ``triton``
-(``flush.py``): the portable kernel, everywhere else (other GPUs, other triton releases, Triton's
+(``flush/triton_kernel.py``): the portable kernel, everywhere else (other GPUs, other triton releases, Triton's
 CPU interpreter). ``LEAPQUANT_KERNEL=triton`` or ``=gluon`` forces one.
 Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
 """
@@ -25,10 +25,10 @@ GLUON_BY_DEFAULT = True
 
 def _gluon_module():
     try:
-        from . import flush_gluon
+        from .flush import gluon_kernel
     except Exception:  # a triton without Gluon, or whose Gluon API the module does not fit
         return None
-    return flush_gluon
+    return gluon_kernel
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,16 +66,16 @@ def choose(device) -> str:
 def module(name: str):
     """The module of kernel ``name`` (``launch_flush``, ``_flush_kernel``)."""
     if name == "gluon":
-        from . import flush_gluon
+        from .flush import gluon_kernel
 
-        return flush_gluon
-    from . import flush
+        return gluon_kernel
+    from .flush import triton_kernel
 
-    return flush
+    return triton_kernel
 
 
 def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None, kernel: str | None = None):
     """Launch the flush on ``kernel`` (default: ``choose(q0.device)``); arguments and semantics
-    as ``flush.launch_flush``."""
+    as ``flush.triton_kernel.launch_flush``."""
     name = kernel or choose(q0.device)
     return module(name).launch_flush(ckpt_in, ckpt_out, window, q0, idx=idx, hcnt=hcnt, picks=picks)

@@ -65,7 +65,7 @@ class Pool:
         self.hcnt = torch.zeros(NS, H, dtype=torch.int32, device=dev)
         self.kernel = None  # CPU: the PyTorch flush
         if dev.type == "cuda":
-            from .flush import pick_words
+            from .launch import pick_words
             from .kernel import choose
 
             self.kernel = choose(dev)  # picked once, for the pool's life
@@ -106,8 +106,11 @@ class Pool:
             raise ValueError("idx holds a slot more than once")
 
     def _warm_up(self):
-        from .interface import flush_inplace
+        # compile and run the pool's kernels once on nothing due (slot 0 is never flushed)
+        from .kernel import launch_flush
 
         q0 = torch.zeros(V, R, dtype=torch.float32, device=self.device)
-        flush_inplace(self, torch.zeros(1, dtype=torch.int32, device=self.device), q0)
+        idx = torch.zeros(1, dtype=torch.int32, device=self.device)
+        launch_flush(self.checkpoint, self.checkpoint, self.window, q0, idx=idx, hcnt=self.hcnt, picks=self.picks,
+                     kernel=self.kernel)
         torch.cuda.synchronize(self.device)

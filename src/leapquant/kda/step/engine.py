@@ -231,7 +231,7 @@ def write_state(pool: Pool, idx: torch.Tensor, state: torch.Tensor, q0: torch.Te
     columns); this package's ``S[v, k]`` is its transpose. Each state is compressed as the flush
     compresses a rebuilt one (SPEC steps 3-6: one round of subspace iteration from ``q0`` for the
     R = 4 Compensator Tokens, then the int8 residual with its key and value scales), with the
-    product path's departures (``leapquant.kda.naive.quantize(S, q0, robust=True)``), batched on
+    product path's departures (``leapquant.kda.flush.naive.quantize(S, q0, robust=True)``), batched on
     the pool's device. The windows of those slots are emptied: ``w = 0``, ``gbuf = 1``, ``pcum =
     0``, ``kbuf = ubuf = 0``, ``hcnt = 0``. Entries ``idx[i] <= 0`` are skipped (``state[i]`` is
     not read). Synchronises with the host (it selects the live rows and checks ``idx``'s values);
@@ -253,7 +253,7 @@ def write_state(pool: Pool, idx: torch.Tensor, state: torch.Tensor, q0: torch.Te
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda requests conless-leapquant-kda-step and
     conless-leapquant-kda-flush.
     """
-    from ..naive import quantize
+    from ..flush.naive import quantize
 
     _check_pool_and_index(pool, idx)
     _check_on_pool("state", state, torch.float32, (idx.shape[0], H, K, V), pool, dense=False)

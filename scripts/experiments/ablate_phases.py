@@ -7,7 +7,7 @@ checkpoints on purpose: this measures only.
 A variant named ``rev:REV`` times the kernel as committed at git revision REV, ``file:PATH`` the
 kernel module at PATH (A/B runs of kernel versions in one process).
 
-    python scripts/ablate_phases.py [B] [variant,variant,...]      e.g. 256 rev:HEAD~1,full
+    python scripts/experiments/ablate_phases.py [B] [variant,variant,...]      e.g. 256 rev:HEAD~1,full
 """
 
 import importlib.util
@@ -19,9 +19,10 @@ import tempfile
 
 import torch
 
-from leapquant.kda import flush, inputs
+from leapquant.eval import flush_inputs as inputs
+from leapquant.kda.flush import triton_kernel as flush
 
-SRC = open(flush.__file__).read().replace("from .geometry", "from leapquant.kda.geometry")
+SRC = open(flush.__file__).read().replace("from ..", "from leapquant.kda.")
 SUBSPACE = ("    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, True, UPCAST), NR, NORM_MIN, DROP, QK_TWICE)"
             "  # [K, RP]\n"
             "    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, True, UPCAST), NR, NORM_MIN, DROP, True)  # [V, RP]\n")
@@ -51,7 +52,7 @@ def load_variant(name: str, folder: str):
         else:
             with open(where) as f:
                 src = f.read()
-        src = src.replace("from .geometry", "from leapquant.kda.geometry")
+        src = src.replace("from ..", "from leapquant.kda.")
         name = kind + "_" + "".join(c if c.isalnum() else "_" for c in where)
         cuts = []
     else:

@@ -10,18 +10,15 @@ Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-f
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from .geometry import DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
+from ..geometry import DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
+from ..launch import FLAG_TILE, ROUND_MAGIC, ROUND_MAGIC_BITS, checkpoint_strides, interpreting, pick_words, resident_ctas
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the R tokens ride in a 16-row block
-ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
-ROUND_MAGIC_BITS = 0x4B400000
 NUM_WARPS = 8
 # bf16 parts per operand in the token product uk = S^T qv (2 or 3). The basis products
 # a = S^T q0 and b = S qk always take three: the basis moves the residual to first order, and
@@ -30,7 +27,6 @@ NUM_WARPS = 8
 # its fp16 rounding, and three parts there cost spills (NOTES.md item 10)
 SUBSPACE_SPLIT = 2
 MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (NOTES.md)
-CTAS_PER_SM = 1  # at ~240 registers per thread, one 8-warp CTA fills an SM's register file
 # Pool calls run on resident CTAs that rank the due programs and share them out: a call with
 # nothing due costs one flag scan (4 us at B=512, 86 us with one CTA per candidate) and 1 in 16
 # due runs 20-25% faster; all due runs ~5% slower than one CTA per candidate (NOTES.md).
@@ -38,7 +34,6 @@ PERSISTENT_POOL = True
 # Gram-Schmidt passes for qk (the iterate, which only needs to span S^T q0): one (NOTES.md)
 QK_TWICE = tl.constexpr(False)
 GUARD_FROM_EXP_C = tl.constexpr(GUARD_FROM_EXP)  # geometry.GUARD_FROM_EXP, as a jit global
-FLAG_TILE = 16384  # due flags a CTA gathers at once: 512 slots x 32 heads
 
 
 @triton.jit
@@ -347,36 +342,9 @@ def _flush_kernel(
         )
 
 
-def _strides(codes, s_k, s_v, u, q) -> dict:
-    return dict(
-        C_SLOT=codes.stride(0), C_HEAD=codes.stride(1),
-        SK_SLOT=s_k.stride(0), SK_HEAD=s_k.stride(1),
-        SV_SLOT=s_v.stride(0), SV_HEAD=s_v.stride(1),
-        U_SLOT=u.stride(0), U_HEAD=u.stride(1), U_ROW=u.stride(2),
-        Q_SLOT=q.stride(0), Q_HEAD=q.stride(1), Q_ROW=q.stride(2),
-    )
-
-
 _CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, RP=RANK_PAD, QM=float(QMAX), SCALE_MIN=EPS,
                   NORM_MIN=NORM_FLOOR, DROP=DEPENDENT_COLUMN, U_LIMIT=TOKEN_LIMIT,
                   MAGIC=ROUND_MAGIC, MAGIC_BITS=ROUND_MAGIC_BITS)
-
-
-@functools.lru_cache(maxsize=None)
-def _resident_ctas(device: torch.device) -> int:
-    # one CTA per SM is what the kernel's register use allows; more would only queue
-    if device.type != "cuda":
-        return 4
-    return CTAS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
-def pick_words(num_slots: int, device: torch.device) -> int:
-    """int32 words of scratch the persistent pool grid needs for a pool of ``num_slots``."""
-    return num_slots * H + _resident_ctas(device)
 
 
 def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None):
@@ -400,7 +368,7 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     kbuf, ubuf, gbuf, w, pcum = window
     # a pool call may have few or no programs due: resident CTAs share out the due ones
     persistent = in_place and PERSISTENT_POOL
-    grid = (_resident_ctas(q0.device) if persistent else num_programs,)
+    grid = (resident_ctas(q0.device) if persistent else num_programs,)
     # due programs are at most the pool's (slots * heads), so a CTA picks at most this many
     pick_stride = triton.cdiv(min(num_programs, hcnt.shape[0] * H), grid[0]) if persistent else 0
     if persistent and picks is None:
@@ -411,7 +379,7 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
             *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
             idx if in_place else dummy, hcnt if in_place else dummy, num_programs,
             picks if persistent else dummy, pick_stride,
-            **_strides(*ckpt_in), IN_PLACE=in_place, UPCAST=_interpreting(), PERSISTENT=persistent,
+            **checkpoint_strides(*ckpt_in), IN_PLACE=in_place, UPCAST=interpreting(), PERSISTENT=persistent,
             SPLIT3=SUBSPACE_SPLIT == 3,
             TILE=FLAG_TILE, CTAS=grid[0], **_CONSTANTS,
             num_warps=NUM_WARPS, num_stages=1, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),

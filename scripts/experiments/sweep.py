@@ -6,10 +6,10 @@ import argparse
 import torch
 
 from leapquant import bench
-from leapquant.kda import inputs
-from leapquant.kda import flush as flush_mod
+from leapquant.eval import flush_inputs as inputs
+from leapquant.kda.flush import triton_kernel as flush_mod
 from leapquant.kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
-from leapquant.report import accuracy_case, fmt
+from leapquant.eval.report import accuracy_case, fmt
 
 
 def main():

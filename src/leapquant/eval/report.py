@@ -8,11 +8,15 @@ import argparse
 import datetime
 import json
 import math
+import os
 import platform
+import sys
 
 import torch
 
-from .kda import criterion, inputs, reference, run
+from ..kda import reference, run
+from . import flush_criterion as criterion
+from . import flush_inputs as inputs
 
 
 # what the reports say when there is no GPU: the CPU path is the reference's own arithmetic
@@ -40,7 +44,7 @@ def environment(device: torch.device) -> dict:
         p = torch.cuda.get_device_properties(device)
         env.update(gpu=p.name, sm_count=p.multi_processor_count, cuda=torch.version.cuda,
                    capability=f"{p.major}.{p.minor}")
-    from .kda.kernel import choose
+    from ..kda.kernel import choose
 
     env["kernel"] = choose(device) if device.type == "cuda" else "cpu (PyTorch flush)"
     return env
@@ -75,8 +79,36 @@ def pick_device(name: str | None, parser: argparse.ArgumentParser) -> torch.devi
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+STDOUT = "-"  # an output option's value that means standard output
+
+
+def check_output(parser: argparse.ArgumentParser, option: str, path: str | None, stdout_ok: bool = True) -> None:
+    """Before any work: a parser error (exit 2) unless ``path`` (the value of ``option``) is None,
+    ``-`` (standard output, where ``stdout_ok``) or a file whose folder exists and is writable."""
+    if path is None or (stdout_ok and path == STDOUT):
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        parser.error(f"{option} {path}: folder {folder} does not exist")
+    if os.path.isdir(path):
+        parser.error(f"{option} {path}: is a folder")
+    if not os.access(folder, os.W_OK):
+        parser.error(f"{option} {path}: folder {folder} is not writable")
+
+
+def human_output(json_path: str | None):
+    """Where a report prints its progress and tables: standard error when the JSON goes to
+    standard output (``--json -``), so that stdout holds the JSON alone; else standard output."""
+    return sys.stderr if json_path == STDOUT else sys.stdout
+
+
 def write_json(path: str, payload: dict) -> None:
-    """Write ``payload`` as strict JSON: NaN and infinities become null."""
+    """Write ``payload`` as strict JSON (NaN and infinities become null) to ``path``, or to
+    standard output for ``-``."""
+    if path == STDOUT:
+        json.dump(_finite(payload), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return
     with open(path, "w") as f:
         json.dump(_finite(payload), f, indent=1)
 

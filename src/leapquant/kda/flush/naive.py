@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .format import decode
-from .geometry import DEPENDENT_COLUMN, EPS, NORM_FLOOR, QMAX, TOKEN_LIMIT
+from ..format import decode
+from ..geometry import DEPENDENT_COLUMN, EPS, NORM_FLOOR, QMAX, TOKEN_LIMIT
 
 
 def decay_since_append(gbuf: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .format import CHECKPOINT_FIELDS, WINDOW_FIELDS
-from .geometry import H, K, L, QMAX, R, V
+from ..kda.format import CHECKPOINT_FIELDS, WINDOW_FIELDS
+from ..kda.geometry import H, K, L, QMAX, R, V
 
 CHECKPOINT_ARGS = tuple(CHECKPOINT_FIELDS)  # codes, s_k, s_v, u, q
 WINDOW_ARGS = tuple(WINDOW_FIELDS)  # kbuf, ubuf, gbuf, w, pcum
@@ -93,7 +93,7 @@ def structured(B: int, device="cpu", seed: int = 0) -> dict:
 
 def second_window(B: int, device="cpu", seed: int = 0) -> dict:
     """The fp32 reference's checkpoint from ``structured`` plus a fresh full window."""
-    from .naive import reference
+    from ..kda.flush.naive import reference
 
     first = structured(B, device, seed)
     ckpt = chunked(reference, first)

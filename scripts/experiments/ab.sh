@@ -2,7 +2,7 @@
 # A/B of kernel versions in one device call (NOTES items 43-57). Each version's package is a copy
 # of src/leapquant at ab/<name>/leapquant: an untracked folder in the checkout, so that the device
 # run carries it (delete it before committing). Run from the repository root:
-#   bash scripts/ab.sh BASE CANDIDATE [CANDIDATE ...]
+#   bash scripts/experiments/ab.sh BASE CANDIDATE [CANDIDATE ...]
 # 1. scripts/compare_outputs.py: each candidate's run() outputs against BASE's, bit for bit (B=512)
 # 2. the GPU tests on each candidate
 # 3. python -m leapquant.bench --batch-sizes 16,512 for BASE and the candidates, interleaved twice
@@ -16,7 +16,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 versions=$PWD/ab
-[ $# -ge 2 ] || { echo "usage: bash scripts/ab.sh BASE CANDIDATE [CANDIDATE ...]"; exit 2; }
+[ $# -ge 2 ] || { echo "usage: bash scripts/experiments/ab.sh BASE CANDIDATE [CANDIDATE ...]"; exit 2; }
 base=$1
 shift
 for v in "$base" "$@"; do

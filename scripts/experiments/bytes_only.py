@@ -6,7 +6,7 @@ the bytes the flush kernel moves: the old checkpoint, window and gates in, the n
 the resets out. That is SPEC section 9's floor less 256 B a program: neither kernel reads gbuf's
 first row, whose gates no window entry needs.
 
-    python scripts/bytes_only.py [--batch-sizes 16,512]
+    python scripts/experiments/bytes_only.py [--batch-sizes 16,512]
 
 Timing as in ``leapquant.bench`` (the profiler's kernel time, 4 warm-up and 16 timed calls,
 median, L2-cold with 8 input sets in rotation, the floor from the copy bandwidth measured in the
@@ -26,11 +26,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy
 
 from leapquant.bench import SETS, TIMED, WARMUP, copy_bandwidth, kernel_times_ms
-from leapquant.kda import inputs, kernel
-from leapquant.kda import flush_gluon as fg
-from leapquant.kda.flush import _resident_ctas, _strides
+from leapquant.eval import flush_inputs as inputs
+from leapquant.kda import kernel
+from leapquant.kda.flush import gluon_kernel as fg
+from leapquant.kda.launch import resident_ctas as _resident_ctas, checkpoint_strides as _strides
 from leapquant.kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
-from leapquant.report import environment, parse_sizes
+from leapquant.eval.report import environment, parse_sizes
 
 NAME = "_move_bytes_kernel"
 

@@ -1,6 +1,6 @@
 """Gluon kernel of the LeapQuant KDA flush for Hopper (sm_90a): one program = one (slot, head).
 
-The same phases as the portable Triton kernel (``flush.py``), with the layouts chosen by hand:
+The same phases as the portable Triton kernel (``triton_kernel.py``), with the layouts chosen by hand:
 ``S`` [V, K] lives in the wgmma accumulator of two warpgroups (64 fp32 registers per thread);
 the rebuild and the residual are wgmma products whose small operands (window, tokens) sit in
 shared memory; the subspace products read ``S`` once stored in shared memory as three bf16 parts
@@ -30,9 +30,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-from . import flush as portable
-from .flush import ROUND_MAGIC, ROUND_MAGIC_BITS, _resident_ctas, _strides, pick_words
-from .geometry import DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
+from ..geometry import DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
+from ..launch import FLAG_TILE, ROUND_MAGIC, ROUND_MAGIC_BITS, checkpoint_strides, pick_words, resident_ctas
 
 VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API this module was compiled and run with
 NUM_WARPS = 8  # two warpgroups: each holds 64 rows of S
@@ -674,7 +673,7 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     if num_programs == 0:
         return None
     kbuf, ubuf, gbuf, w, pcum = window
-    grid = (_resident_ctas(q0.device),)
+    grid = (resident_ctas(q0.device),)
     pick_stride = triton.cdiv(min(num_programs, hcnt.shape[0] * H), grid[0]) if in_place else 0
     if in_place and picks is None:
         picks = torch.empty(pick_words(hcnt.shape[0], q0.device), dtype=torch.int32, device=q0.device)
@@ -684,7 +683,7 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
             *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
             idx if in_place else dummy, hcnt if in_place else dummy, _ones(q0.device), num_programs,
             picks if in_place else dummy, pick_stride,
-            **_strides(*ckpt_in), IN_PLACE=in_place, TILE=portable.FLAG_TILE, CTAS=grid[0], **_CONSTANTS,
+            **checkpoint_strides(*ckpt_in), IN_PLACE=in_place, TILE=FLAG_TILE, CTAS=grid[0], **_CONSTANTS,
             num_warps=NUM_WARPS,
         )
 

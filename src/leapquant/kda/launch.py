@@ -1,0 +1,51 @@
+"""What the flush and step kernels (portable Triton and Gluon) share on the host side: the grid of
+resident CTAs, the pool's scratch, checkpoint strides, and the rounding constants. Neutral ground,
+so that no kernel module imports another kernel's private helpers.
+
+Source: LeapQuant (arXiv 2609.38166); NVlabs/kda requests conless-leapquant-kda-flush and
+conless-leapquant-kda-step (the pool layout of SPEC section 7).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from .geometry import H
+
+ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
+ROUND_MAGIC_BITS = 0x4B400000  # the same constant's fp32 bit pattern: int8 -> fp32 by an integer add
+CTAS_PER_SM = 1  # at ~240 registers per thread, one 8-warp flush CTA fills an SM's register file
+FLAG_TILE = 16384  # due flags a resident flush CTA gathers at once: 512 slots x 32 heads
+
+
+@functools.lru_cache(maxsize=None)
+def resident_ctas(device: torch.device) -> int:
+    """CTAs of a persistent grid on ``device``: ``CTAS_PER_SM`` per SM (4 off CUDA, for the
+    interpreter)."""
+    if device.type != "cuda":
+        return 4
+    return CTAS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def interpreting() -> bool:
+    """True under Triton's CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def pick_words(num_slots: int, device: torch.device) -> int:
+    """int32 words of scratch the persistent pool grid needs for a pool of ``num_slots``."""
+    return num_slots * H + resident_ctas(device)
+
+
+def checkpoint_strides(codes, s_k, s_v, u, q) -> dict:
+    """Slot, head and row strides of the checkpoint tensors, as the kernels' constexpr names."""
+    return dict(
+        C_SLOT=codes.stride(0), C_HEAD=codes.stride(1),
+        SK_SLOT=s_k.stride(0), SK_HEAD=s_k.stride(1),
+        SV_SLOT=s_v.stride(0), SV_HEAD=s_v.stride(1),
+        U_SLOT=u.stride(0), U_HEAD=u.stride(1), U_ROW=u.stride(2),
+        Q_SLOT=q.stride(0), Q_HEAD=q.stride(1), Q_ROW=q.stride(2),
+    )
