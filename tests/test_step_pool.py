@@ -9,7 +9,7 @@ import step_checks
 from leapquant.kda.format import decode
 from leapquant.kda.geometry import H, K, L, R, V
 from leapquant.kda.pool import Pool
-from leapquant.kda.step.engine import step_inplace, write_state
+from leapquant.kda import step_inplace, write_state
 
 pytest.importorskip("fla.ops.kda.naive")
 from leapquant.eval.step_loop import decode_loop  # noqa: E402

@@ -8,7 +8,8 @@ from leapquant.eval import step_criterion, step_inputs
 from leapquant.kda.geometry import H, K, L, V
 from leapquant.kda.pool import Pool
 from leapquant.kda.step import naive
-from leapquant.kda.step.engine import MIXED_WIDTH, step, step_inplace, warm_up_step
+from leapquant.kda import step, step_inplace
+from leapquant.kda.format import MIXED_WIDTH
 
 B = 4
 STATE_ARGS = ("codes", "s_k", "s_v", "u", "q", "kbuf", "ubuf", "w")
@@ -248,9 +249,8 @@ def test_step_inplace_rejects_bad_inputs():
         call(o=torch.empty(n, V, H, dtype=torch.bfloat16).transpose(1, 2))
     with pytest.raises(ValueError, match="dt_bias"):
         call(dt_bias=p["dt_bias"].t())
-    with pytest.raises(TypeError, match="pool"):
-        warm_up_step("not a pool")
-    warm_up_step(pool)  # CPU: nothing to compile
+    with pytest.raises(TypeError, match="pool must be"):
+        call(pool="not a pool")
     mixed_wide = torch.zeros(n, MIXED_WIDTH + 64, dtype=torch.bfloat16)[:, :MIXED_WIDTH]  # a row stride > width
     call(mixed=mixed_wide)
 

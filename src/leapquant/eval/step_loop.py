@@ -67,7 +67,7 @@ def decode_loop(N: int = 2, T: int = 32, prefill: int = 64, device="cpu", seed: 
     to ``dt_bias`` (e.g. -4: slow gates, ~0.7% decay a token, so the state and its checkpoint
     carry a long memory instead of being forgotten within a window)."""
     from ..kda import flush_inplace
-    from ..kda.step.engine import step_inplace, write_state
+    from ..kda.interface import step_inplace, write_state
 
     params = step_inputs.model_params(device)
     params["dt_bias"] = params["dt_bias"] + bias_shift

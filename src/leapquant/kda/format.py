@@ -26,6 +26,17 @@ WINDOW_FIELDS: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
     "pcum": (torch.float32, (K,)),
 }
 Q0_FIELD = (torch.float32, (V, R))
+# the decode step's per-program inputs beside the checkpoint and window (NVlabs/kda request
+# conless-leapquant-kda-step): fill count, this token's q / k / v, gate and beta pre-activations
+TOKEN_FIELDS: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
+    "h": (torch.int32, ()),
+    "qx": (torch.bfloat16, (K,)),
+    "kx": (torch.bfloat16, (K,)),
+    "vx": (torch.bfloat16, (V,)),
+    "a": (torch.bfloat16, (K,)),
+    "b": (torch.bfloat16, ()),
+}
+MIXED_WIDTH = 2 * H * K + H * V  # one step_inplace row per sequence: q for all heads, then k, then v
 
 
 def decode(codes, s_k, s_v, u, q, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -65,13 +76,15 @@ def check_tensor(name: str, t, dtype: torch.dtype, trailing: tuple[int, ...], le
         raise ValueError(f"{name} must have shape [{', '.join(dims)}], got {list(shape)}")
 
 
-def check_batch(fields: dict[str, torch.Tensor]) -> tuple[int, torch.device]:
-    """Check run()'s inputs: dtypes, shapes ``[B, H, ...]``, one batch size, one device.
+def check_batch(fields: dict[str, torch.Tensor], specs: dict | None = None) -> tuple[int, torch.device]:
+    """Check a batch of per-program inputs: every ``fields[name]`` has the dtype and trailing
+    shape ``specs[name]`` gives (default: the flush's checkpoint and window), shape
+    ``[B, H, ...]``, one batch size and one device.
 
     Returns ``(B, device)``. Raises TypeError for a wrong type or dtype, ValueError for a
     wrong shape, a batch size that disagrees between inputs, or mixed devices.
     """
-    specs = {**CHECKPOINT_FIELDS, **WINDOW_FIELDS}
+    specs = specs or {**CHECKPOINT_FIELDS, **WINDOW_FIELDS}
     batch = device = None
     for name, (dtype, trailing) in specs.items():
         t = fields[name]

@@ -1,21 +1,32 @@
-"""Which flush kernel runs on a device: the choice is made here and nowhere else.
+"""Which kernel runs an operation on a device: the choice is made here and nowhere else.
 
-``gluon`` (``flush/gluon_kernel.py``): the Hopper kernel, which runs only on sm_90 devices under a
-triton release it was verified with; the default there (``GLUON_BY_DEFAULT``). ``triton``
-(``flush/triton_kernel.py``): the portable kernel, everywhere else (other GPUs, other triton releases, Triton's
-CPU interpreter). ``LEAPQUANT_KERNEL=triton`` or ``=gluon`` forces one.
-Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
+Two operations on one pool: ``flush`` (the window-boundary re-quantization) and ``step`` (the
+per-token decode step). Kernels:
+
+- ``gluon``: the Hopper flush (``flush/gluon_kernel.py``), which runs only on sm_90 devices under a
+  triton release it was verified with; the flush's default there (``GLUON_BY_DEFAULT``). The step
+  has no Gluon kernel yet.
+- ``triton``: the portable kernels (``flush/triton_kernel.py``, ``step/triton_kernel.py``),
+  everywhere else (other GPUs, other triton releases, Triton's CPU interpreter) and for the step
+  on every GPU.
+
+``LEAPQUANT_KERNEL=triton`` or ``=gluon`` forces one; an operation without the forced kernel (the
+step under ``gluon``) runs its portable kernel.
+Source: LeapQuant (arXiv 2609.38166); NVlabs/kda requests conless-leapquant-kda-flush and
+conless-leapquant-kda-step.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 
 import torch
 import triton
 
 KERNELS = ("gluon", "triton")
+OPERATIONS = {"flush": ("gluon", "triton"), "step": ("triton",)}  # the kernels each operation has
 FORCE_VARIABLE = "LEAPQUANT_KERNEL"
 # On the H200 only the Gluon kernel passes every input family in both forms at every batch size
 # (the portable one fails small_state at B >= 256), and it is also the faster of the two with
@@ -41,14 +52,17 @@ def _gluon_runs_on(device: torch.device) -> bool:
     return gluon is not None and triton.__version__ in gluon.VERIFIED_TRITON
 
 
-def choose(device) -> str:
-    """The kernel that flushes on ``device``: ``"gluon"`` or ``"triton"``.
+def choose(device, op: str = "flush") -> str:
+    """The kernel that runs ``op`` (``"flush"`` or ``"step"``) on ``device``: ``"gluon"`` or
+    ``"triton"``.
 
-    ``LEAPQUANT_KERNEL`` (``gluon`` or ``triton``) forces one; otherwise Gluon where
-    ``GLUON_BY_DEFAULT`` is set and ``_gluon_runs_on`` holds (sm_90, verified triton, not
-    interpreting), else the portable kernel. Raises ValueError for an unknown forced name, or
-    for ``gluon`` forced where it cannot run.
+    ``LEAPQUANT_KERNEL`` (``gluon`` or ``triton``) forces one where ``op`` has it; otherwise
+    Gluon where ``op`` has a Gluon kernel, ``GLUON_BY_DEFAULT`` is set and ``_gluon_runs_on``
+    holds (sm_90, verified triton, not interpreting), else the portable kernel. Raises
+    ValueError for an unknown ``op`` or forced name, or for ``gluon`` forced where it cannot run.
     """
+    if op not in OPERATIONS:
+        raise ValueError(f"unknown operation {op!r}: expected one of {tuple(OPERATIONS)}")
     device = torch.device(device)
     forced = os.environ.get(FORCE_VARIABLE, "")
     if forced and forced not in KERNELS:
@@ -58,20 +72,19 @@ def choose(device) -> str:
         verified = gluon.VERIFIED_TRITON if gluon is not None else ()
         raise ValueError(f"{FORCE_VARIABLE}=gluon, but the Gluon kernel needs an sm_90 device and triton "
                          f"{verified} (have {device}, triton {triton.__version__})")
-    if forced:
+    has = OPERATIONS[op]
+    if forced in has:
         return forced
-    return "gluon" if GLUON_BY_DEFAULT and _gluon_runs_on(device) else "triton"
+    return "gluon" if "gluon" in has and GLUON_BY_DEFAULT and _gluon_runs_on(device) else "triton"
 
 
-def module(name: str):
-    """The module of kernel ``name`` (``launch_flush``, ``_flush_kernel``)."""
-    if name == "gluon":
-        from .flush import gluon_kernel
-
-        return gluon_kernel
-    from .flush import triton_kernel
-
-    return triton_kernel
+def module(name: str, op: str = "flush"):
+    """The module of kernel ``name`` for ``op``: ``flush.gluon_kernel``, ``flush.triton_kernel``
+    (``launch_flush``, ``_flush_kernel``) or ``step.triton_kernel`` (``launch_step``,
+    ``_step_kernel``). Raises ValueError for a kernel ``op`` does not have."""
+    if name not in OPERATIONS.get(op, ()):
+        raise ValueError(f"operation {op!r} has no {name!r} kernel (has {OPERATIONS.get(op)})")
+    return importlib.import_module(f".{op}.{name}_kernel", __package__)
 
 
 def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None, kernel: str | None = None):
@@ -79,3 +92,10 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None,
     as ``flush.triton_kernel.launch_flush``."""
     name = kernel or choose(q0.device)
     return module(name).launch_flush(ckpt_in, ckpt_out, window, q0, idx=idx, hcnt=hcnt, picks=picks)
+
+
+def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, kernel: str | None = None):
+    """Launch the decode step on ``kernel`` (default: ``choose(o.device, "step")``); arguments and
+    semantics as ``step.triton_kernel.launch_step``."""
+    name = kernel or choose(o.device, "step")
+    return module(name, "step").launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=new, idx=idx)

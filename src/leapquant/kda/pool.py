@@ -13,6 +13,7 @@ import operator
 
 import torch
 
+from .format import MIXED_WIDTH
 from .geometry import (
     CODES_BYTES, H, HEAD_WORDS, K, L, POOL_OFFSET_WORDS, R, SK_BYTES, SLOT_WORDS, SV_BYTES,
     UQ_BYTES, V,
@@ -31,9 +32,9 @@ class Pool:
         w: fp32 ``[NS, H, L]`` zeros; pcum: fp32 ``[NS, H, K]`` zeros;
         gbuf: fp16 ``[NS, H, L, K]`` ones; hcnt: int32 ``[NS, H]`` zeros (the fill counter).
 
-    On CUDA the flush kernel is chosen (``kernel``: ``"gluon"`` or ``"triton"``, see
-    ``leapquant.kda.kernel.choose``), compiled and run once (on nothing due) when the pool is
-    built, so ``flush_inplace`` never compiles. Raises ValueError if ``num_slots < 2``, TypeError if
+    On CUDA the flush and step kernels are chosen (``kernel``, ``step_kernel``: ``"gluon"`` or
+    ``"triton"``, see ``leapquant.kda.kernel.choose``), compiled and run once (on nothing due,
+    on slot 0) when the pool is built, so neither ``flush_inplace`` nor ``step_inplace`` compiles. Raises ValueError if ``num_slots < 2``, TypeError if
     ``num_slots`` is not an int; ValueError for a CUDA device when CUDA is not available.
 
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
@@ -94,7 +95,8 @@ class Pool:
         ids (entries <= 0 are padding and may repeat), on any device.
 
         Raises TypeError if ``idx`` is not a tensor; ValueError for an id >= num_slots or a
-        positive id given twice. ``flush_inplace`` trusts ``idx`` and does not check values.
+        positive id given twice. ``flush_inplace`` and ``step_inplace`` trust ``idx`` and do not
+        check its values (that would synchronise); call this where an engine builds ``idx``.
         Source: SPEC section 7 (NVlabs/kda request conless-leapquant-kda-flush)."""
         if not isinstance(idx, torch.Tensor):
             raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
@@ -106,11 +108,55 @@ class Pool:
             raise ValueError("idx holds a slot more than once")
 
     def _warm_up(self):
-        # compile and run the pool's kernels once on nothing due (slot 0 is never flushed)
-        from .kernel import launch_flush
+        # compile and run the pool's kernels once on nothing (slot 0: never flushed, and a step
+        # there only zeroes its output row)
+        from .kernel import launch_flush, launch_step
 
-        q0 = torch.zeros(V, R, dtype=torch.float32, device=self.device)
-        idx = torch.zeros(1, dtype=torch.int32, device=self.device)
+        dev = self.device
+        q0 = torch.zeros(V, R, dtype=torch.float32, device=dev)
+        idx = torch.zeros(1, dtype=torch.int32, device=dev)
         launch_flush(self.checkpoint, self.checkpoint, self.window, q0, idx=idx, hcnt=self.hcnt, picks=self.picks,
                      kernel=self.kernel)
-        torch.cuda.synchronize(self.device)
+        mixed = torch.zeros(1, MIXED_WIDTH, dtype=torch.bfloat16, device=dev)
+        hk = H * K
+        token = (mixed[:, :hk], mixed[:, hk:2 * hk], mixed[:, 2 * hk:],
+                 torch.zeros(1, H, K, dtype=torch.bfloat16, device=dev), torch.zeros(1, H, dtype=torch.bfloat16, device=dev))
+        o = torch.empty(1, H, V, dtype=torch.bfloat16, device=dev)
+        launch_step(self.checkpoint, self.window, self.hcnt, token, torch.zeros(H, device=dev),
+                    torch.zeros(H, K, device=dev), o, idx=idx, kernel=self.step_kernel)
+        torch.cuda.synchronize(dev)
+
+
+def check_call(pool, idx) -> None:
+    """The checks every in-place call makes on its pool and slot ids (``flush_inplace``,
+    ``step_inplace``, ``write_state``), without reading the ids' values (no host sync):
+    TypeError unless ``pool`` is a ``Pool`` of this package and ``idx`` an int32 tensor;
+    ValueError unless ``idx`` is 1-D, contiguous and on the pool's device."""
+    if not isinstance(pool, Pool):
+        raise TypeError(f"pool must be a {Pool.__module__}.Pool, got {type(pool).__module__}.{type(pool).__qualname__}"
+                        " (a Pool of another copy of the package?)")
+    if not isinstance(idx, torch.Tensor):
+        raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
+    if idx.dtype != torch.int32:
+        raise TypeError(f"idx must have dtype torch.int32, got {idx.dtype}")
+    if idx.dim() != 1:
+        raise ValueError(f"idx must be 1-D, got shape {list(idx.shape)}")
+    if idx.device != pool.device:
+        raise ValueError(f"idx is on {idx.device}, but the pool is on {pool.device}")
+    if not idx.is_contiguous():
+        raise ValueError("idx must be contiguous")
+
+
+def check_on_pool(name: str, t, dtype: torch.dtype, shape: tuple[int, ...], pool: Pool, dense: bool = True) -> None:
+    """TypeError unless ``t`` is a ``dtype`` tensor; ValueError unless it has ``shape``, lies on
+    the pool's device and (``dense``) is contiguous."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape {list(shape)}, got {list(t.shape)}")
+    if t.device != pool.device:
+        raise ValueError(f"{name} is on {t.device}, but the pool is on {pool.device}")
+    if dense and not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous")

@@ -47,7 +47,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ..format import CHECKPOINT_FIELDS
 from ..geometry import H, K, L, QMAX, R, V
+from ..launch import checkpoint_strides
 from .naive import QK_NORM_EPS, QK_SCALE, SOFTPLUS_THRESHOLD
 
 BETA_SERIES_BELOW = 0.5  # |b| below this: beta from a series (see _beta_bf16)
@@ -234,16 +236,6 @@ def _step_kernel(
         tl.store(pcum_new + out_k + k, pcum_n)
 
 
-def _checkpoint_strides(codes, s_k, s_v, u, q) -> dict:
-    return dict(
-        C_SLOT=codes.stride(0), C_HEAD=codes.stride(1),
-        SK_SLOT=s_k.stride(0), SK_HEAD=s_k.stride(1),
-        SV_SLOT=s_v.stride(0), SV_HEAD=s_v.stride(1),
-        U_SLOT=u.stride(0), U_HEAD=u.stride(1), U_ROW=u.stride(2),
-        Q_SLOT=q.stride(0), Q_HEAD=q.stride(1), Q_ROW=q.stride(2),
-    )
-
-
 _CONSTANTS = dict(BV=BLOCK_V, NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), NORM_EPS=QK_NORM_EPS,
                   SCALE=QK_SCALE, SP_THRESHOLD=SOFTPLUS_THRESHOLD, BETA_SMALL=BETA_SERIES_BELOW)
 
@@ -281,10 +273,10 @@ def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None
         idx = fill  # unused pointer
     with torch.cuda.device(o.device) if o.is_cuda else contextlib.nullcontext():
         return _step_kernel[(n_rows * H,)](
-            *ckpt, kbuf, ubuf, gbuf, w, pcum, fill,
-            qx, kx, vx, a, b, A_log, dt_bias,
-            o, k_row, u_row, g_row, w_new, pcum_new,
-            idx, qx.stride(0), vx.stride(0),
-            **_checkpoint_strides(*ckpt), IN_PLACE=in_place, **_CONSTANTS,
+            **dict(zip(CHECKPOINT_FIELDS, ckpt)), kbuf=kbuf, ubuf=ubuf, gbuf=gbuf, w=w, pcum=pcum, fill=fill,
+            qx=qx, kx=kx, vx=vx, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
+            o=o, k_row=k_row, u_row=u_row, g_row=g_row, w_new=w_new, pcum_new=pcum_new,
+            idx=idx, qk_row=qx.stride(0), v_row=vx.stride(0),
+            **checkpoint_strides(*ckpt), IN_PLACE=in_place, **_CONSTANTS,
             num_warps=NUM_WARPS, num_stages=1,
         )
