@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The one H200 run: GPU tests (both kernels), accuracy on every batch size and benchmark of each
-# kernel. Full logs under $OUT (./out when unset): the text logs in one file, h200.log, beside the
+# The one H200 run: GPU tests (flush kernels and step), accuracy on every batch size and benchmark
+# of each flush kernel, the decode step against its floor and fla's fp32-state decode, and the
+# decode loop against fla over 16 windows (carry .whl: the fla-core and einops wheels, see README). Full logs under $OUT (./out when unset): the text logs in one file, h200.log, beside the
 # JSON, markdown and figure outputs, so that few files carry everything; a short table last.
 #   bash scripts/h200.sh [--sweep] [--ncu] [--precision] [--bytes-only] [--kernels-hub]
 # --kernels-hub: the Hugging Face `kernels` loading tests and README's snippet (needs `kernels`
@@ -11,8 +12,14 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+# flash-linear-attention (the fp32-state decode the step is compared with) travels as wheels in
+# .whl (carry it): fla-core and einops, installed to a folder on PYTHONPATH
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
 { date -u; nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"; } > "$OUT/env.txt" 2>&1
-timeout 300 python3 -m pytest -q -m gpu tests/ > "$OUT/pytest_gpu.log" 2>&1
+timeout 480 python3 -m pytest -q -m gpu tests/ > "$OUT/pytest_gpu.log" 2>&1
 echo "gpu tests: $(tail -n 1 "$OUT/pytest_gpu.log")"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest_gpu.log" | head -20
 for opt in "$@"; do
@@ -42,9 +49,12 @@ done
 python3 -m leapquant.bench --kernel triton --json "$OUT/bench_triton.json" > "$OUT/bench_triton.log" 2>&1
 echo "portable kernel:"; grep -B1 -A8 "x floor" "$OUT/bench_triton.log"; grep -A4 "steady state" "$OUT/bench_triton.log"
 grep -A8 "stress families" "$OUT/bench_triton.log"
+# the decode layer against fla's fp32 state: 256 tokens (16 windows) after a 64-token prefill
+python3 -m leapquant.eval.step_loop --tokens 256 --sequences 8 --json "$OUT/decode_loop.json" > "$OUT/decode_loop.log" 2>&1
+echo "decode loop vs fla (exit $?):"; tail -n 17 "$OUT/decode_loop.log"
 echo "default kernel:"
-python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 24
+python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 34
 # one text log (the device machine returns a handful of files)
-for f in env.txt pytest_gpu.log kernels_hub.log sweep.log ncu_run.log ncu.txt bytes_only.log precision.log bench_triton.log bench.log; do
+for f in env.txt pytest_gpu.log kernels_hub.log sweep.log ncu_run.log ncu.txt bytes_only.log precision.log decode_loop.log bench_triton.log bench.log; do
   if [ -f "$OUT/$f" ]; then echo "===== $f"; cat "$OUT/$f"; rm "$OUT/$f"; fi
 done > "$OUT/h200.log"

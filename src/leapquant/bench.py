@@ -1,12 +1,18 @@
 """``python -m leapquant.bench``: accuracy of ``run`` on the three SPEC input families and the
 stress families, then the speed of ``flush_inplace`` against the memory floor measured in the same
-process (SPEC sections 5, 9). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
-conless-leapquant-kda-flush.
+process (SPEC sections 5, 9); then the decode step: ``step`` on the step request's three input
+families against its element-wise criterion, ``step_inplace``'s speed against its floor, the
+stock fp32-state decode kernel (flash-linear-attention's ``fused_recurrent_kda``, T = 1) and the
+decode layer's cost per token (step + flush with 1 in 16 programs due) against it.
+Sources: LeapQuant (arXiv 2609.38166); NVlabs/kda requests conless-leapquant-kda-flush and
+conless-leapquant-kda-step.
 
 Timing: deployment form (a Pool), every program due, CUDA kernel time of the flush kernel from the
 PyTorch profiler (copies and fills excluded by name), 4 warm-up and 16 timed calls, L2-cold:
 8 disjoint slot sets flushed in rotation. The gate history a flush resets (w, gbuf, pcum) is
-restored four calls ahead of the set's next flush, outside the timed kernel.
+restored four calls ahead of the set's next flush, outside the timed kernel. The step: the same
+profiler timing with the step request's 6 warm-up and 32 timed calls, every sequence decoding at
+fill count 1, 8 slot sets in rotation; its floor is 34.9 KB a program over the same bandwidth.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ import sys
 import torch
 
 from .eval import flush_inputs as inputs
+from .eval import step_criterion, step_inputs
 from .eval.flush_criterion import FORMS
-from .kda import L, Pool, flush_inplace, reference
-from .kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
+from .kda import L, Pool, flush_inplace, reference, step, step_inplace
+from .kda.format import MIXED_WIDTH
+from .kda.geometry import FLOOR_BYTES_PER_PROGRAM, STEP_FLOOR_BYTES_PER_PROGRAM, H, K, V
 from .kda.kernel import FORCE_VARIABLE, KERNELS
 from .eval.report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, fmt, human_output, parse_sizes,
                      pick_device, table, write_json)
@@ -33,6 +41,10 @@ DEFAULT_SIZES = "16,32,64,128,256,512"
 # steady state (SPEC section 7): (label, batch size, fraction of programs due)
 STEADY_STATE = (("nothing due", 512, 0.0), ("1 in 16 due", 256, 1 / 16))
 CPU_SIZES = "2"
+STEP_KERNEL_NAME = "_step_kernel"
+STEP_WARMUP, STEP_TIMED = 6, 32  # the step request's benchmark
+DECODE_LAYER_DUE = 1 / 16  # programs due per decode step in steady state (one window in L tokens)
+FLA_KERNEL_NAME = "fused_recurrent"  # flash-linear-attention's decode kernel, by name
 
 
 def copy_bandwidth(device, nbytes: int = 1 << 30, reps: int = 20) -> float:
@@ -102,6 +114,69 @@ def time_flush(B: int, device, q0: torch.Tensor, due_fraction: float = 1.0) -> d
 
     timed = kernel_times_ms(call, WARMUP + TIMED)[WARMUP:]
     return {"median_ms": statistics.median(timed), "min_ms": min(timed), "max_ms": max(timed)}
+
+
+def _summary(timed: list[float]) -> dict:
+    return {"median_ms": statistics.median(timed), "min_ms": min(timed), "max_ms": max(timed)}
+
+
+def step_accuracy(B: int, device) -> dict:
+    """``step`` on each of the step request's families (seed B): ``{family: {"ok", "worst"}}``,
+    ``worst`` the largest error / tolerance of its element-wise criterion (<= 1 passes)."""
+    res = {}
+    for fam in step_inputs.FAMILIES:
+        x = step_inputs.make(fam, B, device, seed=B)
+        ok, worst = step_criterion.judge(step(**x), x)
+        res[fam] = {"ok": ok, "worst": worst}
+        del x
+    return res
+
+
+def time_step(B: int, device) -> dict:
+    """Median kernel time (ms) of ``step_inplace`` over B sequences x H heads, every sequence
+    decoding at fill count 1 (as the request's benchmark), L2-cold over ``SETS`` slot sets."""
+    pool = Pool(SETS * B + 1, device)
+    sets = [torch.arange(1 + s * B, 1 + (s + 1) * B, dtype=torch.int32, device=device) for s in range(SETS)]
+    for s, slots in enumerate(sets):
+        x = step_inputs.make("random", B, device, seed=3000 + s)
+        sl = slots.long()
+        for view, name in zip(pool.checkpoint + pool.window, step_inputs.STEP_ARGS):
+            view[sl] = x[name]
+    params = step_inputs.model_params(device)
+    gen = torch.Generator(device=device).manual_seed(B)
+    mixed = torch.randn(B, MIXED_WIDTH, generator=gen, device=device).bfloat16()
+    a = torch.randn(B, H, K, generator=gen, device=device).bfloat16()
+    b = (2 * torch.randn(B, H, generator=gen, device=device)).bfloat16()
+    o = torch.empty(B, H, V, dtype=torch.bfloat16, device=device)
+
+    def call(i):
+        pool.hcnt.fill_(1)
+        step_inplace(pool, sets[i % SETS], mixed, a, b, params["A_log"], params["dt_bias"], o)
+
+    return _summary(kernel_times_ms(call, STEP_WARMUP + STEP_TIMED, STEP_KERNEL_NAME)[STEP_WARMUP:])
+
+
+def time_fla_decode(B: int, device) -> dict | None:
+    """Median kernel time (ms) of flash-linear-attention's fp32-state decode kernel
+    (``fla.ops.kda.fused_recurrent_kda``, T = 1, fp32 initial state, final state written,
+    l2-norm in the kernel) on B sequences x H heads, L2-cold over ``SETS`` states; None without
+    fla (``pip install fla-core``)."""
+    try:
+        from fla.ops.kda import fused_recurrent_kda
+    except ImportError:
+        return None
+    gen = torch.Generator(device=device).manual_seed(B)
+    states = [torch.randn(B, H, K, V, generator=gen, device=device) * 0.1 for _ in range(SETS)]
+    q, k = (torch.randn(B, 1, H, K, generator=gen, device=device).bfloat16() for _ in range(2))
+    v = torch.randn(B, 1, H, V, generator=gen, device=device).bfloat16()
+    g = -torch.rand(B, 1, H, K, generator=gen, device=device)  # log-space decay per channel
+    beta = torch.rand(B, 1, H, generator=gen, device=device).bfloat16()
+
+    def call(i):
+        fused_recurrent_kda(q, k, v, g, beta, initial_state=states[i % SETS], output_final_state=True,
+                            use_qk_l2norm_in_kernel=True)
+
+    return _summary(kernel_times_ms(call, STEP_WARMUP + STEP_TIMED, FLA_KERNEL_NAME)[STEP_WARMUP:])
 
 
 def time_reference(B: int, device, reps: int = 3) -> float:
@@ -187,6 +262,21 @@ def _report(args, device) -> tuple[int, dict]:
         print(f"  B={B} done: {'PASS' if row['ok'] else 'FAIL'}"
               + (f", {row['flush']['median_ms']:.4f} ms" if timing else ""), flush=True)
 
+    step_rows = []
+    for B in sizes:
+        row = {"batch_size": B, "accuracy": step_accuracy(B, device)}
+        row["ok"] = all(a["ok"] for a in row["accuracy"].values())
+        all_ok &= row["ok"]
+        if timing:
+            row["step"] = time_step(B, device)
+            row["floor_ms"] = B * H * STEP_FLOOR_BYTES_PER_PROGRAM / bandwidth * 1e3
+            row["fla"] = time_fla_decode(B, device)
+            q0 = inputs.make("random", 1, device, seed=B)["q0"]
+            row["flush_1_in_16"] = time_flush(B, device, q0, due_fraction=DECODE_LAYER_DUE)
+        step_rows.append(row)
+        print(f"  step B={B} done: {'PASS' if row['ok'] else 'FAIL'}"
+              + (f", {row['step']['median_ms']:.4f} ms" if timing else ""), flush=True)
+
     steady = []
     if timing:
         q0 = inputs.make("random", 1, device, seed=7)["q0"]
@@ -218,7 +308,24 @@ def _report(args, device) -> tuple[int, dict]:
         print(table(["mode", "B", "median ms", "min ms", "max ms"],
                     [[t["mode"], t["batch_size"], f"{t['median_ms']:.4f}", f"{t['min_ms']:.4f}", f"{t['max_ms']:.4f}"]
                      for t in steady]))
-    return (0 if all_ok else 1), {"env": env, "rows": rows, "steady_state": steady}
+    print("\ndecode step: worst error / tolerance of the step request's criterion (<= 1 passes)"
+          + ("; decode layer = step + flush with 1 in 16 due, per token" if timing else ""))
+    headers = ["B", *step_inputs.FAMILIES, "verdict"]
+    if timing:
+        headers += ["step ms", "floor ms", "x floor", "fla ms", "layer ms", "fla / layer"]
+    out = []
+    for row in step_rows:
+        cells = [row["batch_size"], *(fmt(row["accuracy"][f]["worst"], ".3f") for f in step_inputs.FAMILIES),
+                 "PASS" if row["ok"] else "FAIL"]
+        if timing:
+            t, fla = row["step"]["median_ms"], row["fla"]
+            layer = t + row["flush_1_in_16"]["median_ms"]
+            row["layer_ms"] = layer
+            cells += [f"{t:.4f}", f"{row['floor_ms']:.4f}", f"{t / row['floor_ms']:.2f}",
+                      fmt(fla and fla["median_ms"]), f"{layer:.4f}", fmt(fla and fla["median_ms"] / layer, ".2f")]
+        out.append(cells)
+    print(table(headers, out))
+    return (0 if all_ok else 1), {"env": env, "rows": rows, "steady_state": steady, "step_rows": step_rows}
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-s
 from __future__ import annotations
 
 import argparse
+import json
 
 import torch
 
@@ -107,8 +108,14 @@ def main(argv=None) -> int:
     ap.add_argument("--prefill", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bias-shift", type=float, default=0.0, help="added to dt_bias (-4: slow gates)")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when present")
+    ap.add_argument("--json", default=None, help="write the per-window figures to this JSON file")
     args = ap.parse_args(argv)
-    res = decode_loop(args.sequences, args.tokens, args.prefill, "cpu", args.seed, args.bias_shift)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    res = decode_loop(args.sequences, args.tokens, args.prefill, device, args.seed, args.bias_shift)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "device": device, **res}, f, indent=1)
     print(f"state scale (mean |S| after the prefill): {res['state_scale']:.4g}")
     print("window  rel. error  worst head  bf16(o) alone")
     for i, (a, b, c) in enumerate(zip(res["window_rel"], res["window_worst_head"], res["rounding_rel"])):

@@ -38,3 +38,11 @@ WINDOW_BYTES = 2 * L * K + 2 * L * V + 4 * L
 GATE_BYTES = 2 * L * K + 4 * K
 RESET_BYTES = 4 * L + 2 * L * K + 4 * K
 FLOOR_BYTES_PER_PROGRAM = 2 * REGION_BYTES + WINDOW_BYTES + GATE_BYTES + RESET_BYTES
+
+# Bytes one decode step must move per program (NVlabs/kda request conless-leapquant-kda-step):
+# read the checkpoint, the window so far (kbuf, ubuf, gbuf, w, pcum), this token (q, k, v, a: K
+# or V bf16 each; b: one bf16) and the fill count; write o, the appended rows (kbuf, ubuf, gbuf),
+# pcum, one w word and the fill count. 34,894 B = 34.1 KiB.
+STEP_READ_BYTES = REGION_BYTES + WINDOW_BYTES + 2 * L * K + 4 * K + 2 * (2 * K + V) + 2 * K + 2 + 4
+STEP_WRITE_BYTES = 2 * V + 2 * K + 2 * V + 2 * K + 4 * K + 4 + 4
+STEP_FLOOR_BYTES_PER_PROGRAM = STEP_READ_BYTES + STEP_WRITE_BYTES

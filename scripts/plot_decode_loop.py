@@ -1,0 +1,39 @@
+"""Plot the decode loop's output error per window against flash-linear-attention's fp32 state
+(``python -m leapquant.eval.step_loop --json F``), one line per JSON file.
+
+    python scripts/plot_decode_loop.py docs/decode_loop.png bench_results/<run>.json [more.json ...]
+"""
+
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main(argv):
+    out, runs = argv[0], argv[1:]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for path in runs:
+        with open(path) as f:
+            r = json.load(f)
+        shift = r["args"].get("bias_shift", 0.0)
+        label = "model gates" if not shift else f"slow gates (dt_bias {shift:+g})"
+        x = range(1, len(r["window_rel"]) + 1)
+        ax.plot(x, r["window_rel"], "o-", label=f"{label}: LeapQuant vs fp32 state")
+        ax.plot(x, r["window_worst_head"], ".:", label=f"{label}: worst (sequence, head)")
+    ax.plot(x, r["rounding_rel"], "k--", label="bf16 rounding of the fp32 output alone")
+    ax.set_xlabel("window (16 tokens each)")
+    ax.set_ylabel("||o - o_fp32|| / ||o_fp32||")
+    ax.set_yscale("log")
+    ax.set_title(f"decode loop (step + flush every token) vs fla naive_recurrent_kda, {r['device']}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
