@@ -1,7 +1,7 @@
 """Compile a flush kernel for sm_90a without a GPU (Triton's bundled ptxas) and report
 registers, spills and shared memory; optionally dump TTGIR/PTX/SASS to a folder.
 
-    python scripts/compile_sm90.py [--gluon] [--num-warps 8] [--in-place] [--dump DIR]
+    python scripts/compile_sm90.py [--gluon | --step] [--num-warps 8] [--in-place] [--dump DIR]
 
 --gluon compiles the Gluon kernel (needs a triton in flush_gluon.VERIFIED_TRITON, e.g. the
 `dev` extra's triton 3.6.0); without it, the portable Triton kernel.
@@ -17,7 +17,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from leapquant.kda.flush import triton_kernel as flush
-from leapquant.kda.geometry import H, K, R, V
+from leapquant.kda.geometry import HEAD_WORDS, SLOT_WORDS, H, K, R, V
 
 POINTERS = {
     "codes_in": "*i8", "sk_in": "*fp32", "sv_in": "*fp32", "u_in": "*fp16", "q_in": "*fp16",
@@ -43,6 +43,32 @@ def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None, mo
     src = ASTSource(module._flush_kernel, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params},
                     attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": NUM_STAGES})
+
+
+STEP_POINTERS = {
+    "codes": "*i8", "s_k": "*fp32", "s_v": "*fp32", "u": "*fp16", "q": "*fp16",
+    "kbuf": "*bf16", "ubuf": "*bf16", "gbuf": "*fp16", "w": "*fp32", "pcum": "*fp32", "fill": "*i32",
+    "qx": "*bf16", "kx": "*bf16", "vx": "*bf16", "a": "*bf16", "b": "*bf16", "A_log": "*fp32", "dt_bias": "*fp32",
+    "o": "*bf16", "k_row": "*bf16", "u_row": "*bf16", "g_row": "*fp16", "w_new": "*fp32", "pcum_new": "*fp32",
+    "idx": "*i32", "qk_row": "i32", "v_row": "i32",
+}
+# the pool's element strides (codes int8, s_k / s_v fp32, u / q fp16 views of one raw buffer)
+POOL_STRIDES = dict(C_SLOT=SLOT_WORDS * 4, C_HEAD=HEAD_WORDS * 4, SK_SLOT=SLOT_WORDS, SK_HEAD=HEAD_WORDS,
+                    SV_SLOT=SLOT_WORDS, SV_HEAD=HEAD_WORDS, U_SLOT=SLOT_WORDS * 2, U_HEAD=HEAD_WORDS * 2,
+                    U_ROW=K + V, Q_SLOT=SLOT_WORDS * 2, Q_HEAD=HEAD_WORDS * 2, Q_ROW=K + V)
+
+
+def compile_step(in_place: bool):
+    """The portable decode-step kernel compiled for sm_90a (pool strides in pool form)."""
+    from leapquant.kda.step import triton_kernel as st
+
+    fn = st._step_kernel
+    params = [p.name for p in fn.params]
+    strides = POOL_STRIDES if in_place else DENSE_STRIDES
+    consts = {**strides, "IN_PLACE": in_place, **st._CONSTANTS}
+    sig = {name: STEP_POINTERS.get(name, "constexpr") for name in params}
+    src = ASTSource(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": st.NUM_WARPS, "num_stages": 1})
 
 
 def require_verified_gluon() -> None:
@@ -113,10 +139,14 @@ def main():
     ap.add_argument("--in-place", action="store_true")
     ap.add_argument("--dump", default=None)
     ap.add_argument("--gluon", action="store_true", help="the Gluon kernel instead of the portable one")
+    ap.add_argument("--step", action="store_true", help="the portable decode-step kernel instead of a flush kernel")
     args = ap.parse_args()
     if args.gluon:
         require_verified_gluon()
-    k = compile_gluon(args.in_place) if args.gluon else compile_kernel(args.num_warps, args.in_place)
+    if args.step:
+        k = compile_step(args.in_place)
+    else:
+        k = compile_gluon(args.in_place) if args.gluon else compile_kernel(args.num_warps, args.in_place)
     print(f"num_warps={k.metadata.num_warps} shared={k.metadata.shared} bytes")
     print(resource_usage(k.asm["cubin"]))
     if args.dump:
