@@ -15,7 +15,8 @@ What is emulated, as the kernel does it:
 * the thin operand (``s_v * x`` or ``f * y``, fp32) is split into ``parts`` bf16 parts side by side
   (one tensor-core product with N = 16, 4 * parts columns used); products with the int8 codes are
   exact, the accumulation is fp32 (here: an fp32 matmul of exact values);
-* the low-rank corrections ``KU^T (A x)`` and ``A^T (KU y)`` in fp32;
+* the low-rank corrections ``KU^T (A x)`` and ``A^T (KU y)`` at fp32 class: their fp32 operands
+  (x or y, KU, the intermediate A x or KU y) as three bf16 parts, exact products, fp32 sums;
 * Gram-Schmidt as the kernel's (classical, projections and |v|^2 from one reduction, a second pass
   only after cancellation (Kahan's criterion) and only for qv, dependent columns -> e_r), each
   column first scaled by its own power of two (scale-free; no max|S| needed);
@@ -46,6 +47,12 @@ def split_bf16(x: torch.Tensor, parts: int) -> list[torch.Tensor]:
         out.append(p)
         rest = rest - p
     return out
+
+
+def _three(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as the sum of its three bf16 parts (what the tensor cores see of it)."""
+    hi, mid, lo = split_bf16(x, 3)
+    return (hi + mid) + lo
 
 
 # --- phase helpers (same names in naive.py and triton_kernel.py) ---------------------------------
@@ -82,14 +89,17 @@ def thin_products(C, s_v, f, A, KU, x, transpose: bool, parts: int = 3) -> torch
     """``S^T x`` (``transpose``; x ``[..., V, R]`` -> ``[..., K, R]``) or ``S x`` (x ``[..., K, R]`` ->
     ``[..., V, R]``) on the factors: the codes ``C`` (fp32, exact) against the thin operand split into
     ``parts`` bf16 parts (exact products, fp32 sums), the low-rank tile in fp32."""
+    # the corrections' fp32 x fp32 products as the kernel takes them: both sides as three bf16
+    # parts (exact part products, fp32 sums), ~2^-24
+    x3, KU3 = _three(x), _three(KU)
     if transpose:
         big = C.transpose(-1, -2)
         t, outer = s_v.unsqueeze(-1) * x, f
-        corr = KU.transpose(-1, -2) @ (A @ x)
+        corr = KU3.transpose(-1, -2) @ _three(A @ x3)
     else:
         big = C
         t, outer = f.unsqueeze(-1) * x, s_v
-        corr = A.transpose(-1, -2) @ (KU @ x)
+        corr = A.transpose(-1, -2) @ _three(KU3 @ x3)
     # the parts side by side: one product of N = 4 * parts columns, then each column group scaled
     # by the outer scale; the correction joins the first group before the group sum
     groups = big @ torch.cat(split_bf16(t, parts), -1)  # [..., N, 4 * parts]

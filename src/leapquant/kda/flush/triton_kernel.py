@@ -13,9 +13,9 @@ orientations (C and its transpose). The thin operand (``s_v * x`` or ``f * y``) 
 ``SUBSPACE_SPLIT`` bf16 parts laid side by side in the 16 columns of one product (column c holds
 part c // 4 of column c % 4), so the products are exact and the accumulation fp32. The low-rank
 tile is 32 rows: A = [ubuf (16); q_hi (4); q_lo (4); 0] [32, V], exact in bf16, and KU = [w_j
-kbuf_j D_j (16); U' (4); U' (4); 0] [32, K] fp32 with U' = u exp(pcum); its corrections to the
-thin products are fp32 products, and in the residual KU meets the tensor cores as three bf16
-parts. Gram-Schmidt is scale-free by a power of two per column (no max|S| is needed).
+kbuf_j D_j (16); U' (4); U' (4); 0] [32, K] fp32 with U' = u exp(pcum). KU meets the tensor
+cores as three bf16 parts, in the thin products' corrections (against x or y and the
+intermediate A x or KU y, also three parts) and in the residual. Gram-Schmidt is scale-free by a power of two per column (no max|S| is needed).
 Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
 """
 
@@ -68,12 +68,6 @@ def _mma(a, b, acc, UPCAST: tl.constexpr):
     if UPCAST:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     return tl.dot(a, b, acc)
-
-
-@triton.jit
-def _fp32_dot(a, b, acc):
-    # fp32 x fp32 at fp32 accuracy (FMA): the small low-rank corrections
-    return tl.dot(a, b, acc, input_precision="ieee")
 
 
 @triton.jit
@@ -141,26 +135,46 @@ def rebuild_factors(s_k, pcum_row, u_rows, q_rows_t, ubuf_t, keys, wj, D, m, NL:
 
 
 @triton.jit
-def thin_products(cb, x_rep, inner, outer, At, KU, TRANSPOSE: tl.constexpr, PARTS: tl.constexpr,
-                  NR: tl.constexpr, UPCAST: tl.constexpr):
+def _parts(t, PARTS: tl.constexpr):
+    # t [N, 16] with replicated columns (column c = column c % 4) -> the thin operands' layout:
+    # column c holds bf16 part c // 4 of column c % 4 (zero from part PARTS on)
+    c = tl.arange(0, t.shape[1])[None, :]
+    hi, mid, lo = _split3_bf16(t)
+    out = tl.where(c < 4, hi, tl.where(c < 8, mid, lo))
+    return tl.where(c < 4 * PARTS, out, 0.0)
+
+
+@triton.jit
+def _regroup(y, RP: tl.constexpr):
+    # y [M, 16] in the parts layout -> its parts summed, replicated over the column groups, and
+    # split again into three bf16 parts (the operand of the next product)
+    y0, y1, y2, y3 = _group_sum(y)
+    return _parts(_replicate(y0, y1, y2, y3, RP), 3)
+
+
+@triton.jit
+def thin_products(cb, x_rep, inner, outer, At, k_hi, k_mid, k_lo, TRANSPOSE: tl.constexpr,
+                  PARTS: tl.constexpr, RP: tl.constexpr, UPCAST: tl.constexpr):
     """S^T x (TRANSPOSE; x_rep [V, 16] -> [K, 16]) or S y (y_rep [K, 16] -> [V, 16]) on the factors,
     in the thin operands' layout (column c: column c % 4, part c // 4; sum the parts with
-    ``_group_sum``). ``inner``/``outer``: s_v/f (TRANSPOSE) or f/s_v."""
-    c = tl.arange(0, x_rep.shape[1])[None, :]
-    t = inner[:, None] * x_rep
-    hi, mid, lo = _split3_bf16(t)
-    parts = tl.where(c < 4, hi, tl.where(c < 8, mid, lo))
-    parts = tl.where(c < 4 * PARTS, parts, 0.0)
+    ``_group_sum``). ``inner``/``outer``: s_v/f (TRANSPOSE) or f/s_v. ``At`` [V, 32]: the exact
+    low-rank tile A^T; ``k_hi/k_mid/k_lo`` [32, K]: KU in three bf16 parts. Every product has
+    exact bf16 operands and fp32 accumulation; the corrections' fp32 x fp32 products are taken
+    as the part products, ~2^-24."""
+    big = _parts(inner[:, None] * x_rep, PARTS)
+    xp = _parts(x_rep, 3)
     if TRANSPOSE:
-        big = _mma(tl.trans(cb), parts, None, UPCAST)  # C^T (s_v x) [K, 16]
-        y = _fp32_dot(tl.trans(At).to(tl.float32), x_rep, None)  # A x [32, 16]
-        acc = outer[:, None] * big
-        acc = _fp32_dot(tl.trans(KU), tl.where(c < NR, y, 0.0), acc)  # + KU^T (A x)
+        acc = outer[:, None] * _mma(tl.trans(cb), big, None, UPCAST)  # f * C^T (s_v x) [K, 16]
+        y = _regroup(_mma(tl.trans(At), xp, None, UPCAST), RP)  # A x [32, 16]
+        acc = _mma(tl.trans(k_hi), y, acc, UPCAST)  # + KU^T (A x)
+        acc = _mma(tl.trans(k_mid), y, acc, UPCAST)
+        acc = _mma(tl.trans(k_lo), y, acc, UPCAST)
     else:
-        big = _mma(cb, parts, None, UPCAST)  # C (f y) [V, 16]
-        y = _fp32_dot(KU, x_rep, None)  # KU y [32, 16]
-        acc = outer[:, None] * big
-        acc = _fp32_dot(At.to(tl.float32), tl.where(c < NR, y, 0.0), acc)  # + A^T (KU y)
+        acc = outer[:, None] * _mma(cb, big, None, UPCAST)  # s_v * C (f y) [V, 16]
+        y = _mma(k_hi, xp, None, UPCAST)  # KU y [32, 16]
+        y = _mma(k_mid, xp, y, UPCAST)
+        y = _mma(k_lo, xp, y, UPCAST)
+        acc = _mma(At, _regroup(y, RP), acc, UPCAST)  # + A^T (KU y)
     return acc
 
 
@@ -231,16 +245,15 @@ def _guard_scale(mu, LIMIT: tl.constexpr):
 
 
 @triton.jit
-def residual(cb, s_v, f, At, KU, q_rep, u_rep_t, RP: tl.constexpr, UPCAST: tl.constexpr):
+def residual(cb, s_v, f, At, k_hi, k_mid, k_lo, q_rep, u_rep_t, RP: tl.constexpr, UPCAST: tl.constexpr):
     """SPEC step 4 formed once: E = C * (s_v f^T) + A^T KU - q_new^T u_new, exact products
     accumulated in fp32 onto the dequantised codes. ``q_rep`` [V, 16] / ``u_rep_t`` [16, K]: the
     fp16 new tokens replicated (column / row c = token c % 4); both are exact in two bf16 parts,
     and the 16 products (hi, lo) x (hi, lo) fill one k-step."""
     e = cb.to(tl.float32) * s_v[:, None] * f[None, :]
-    kh, km, kl = _split3_bf16(KU)
-    e = _mma(At, kh, e, UPCAST)
-    e = _mma(At, km, e, UPCAST)
-    e = _mma(At, kl, e, UPCAST)
+    e = _mma(At, k_hi, e, UPCAST)
+    e = _mma(At, k_mid, e, UPCAST)
+    e = _mma(At, k_lo, e, UPCAST)
     c = tl.arange(0, RP)
     qh, ql = _split_bf16(q_rep.to(tl.float32))
     uh, ul = _split_bf16(-u_rep_t.to(tl.float32))  # negated in fp32 (the interpreter's bf16 negation is not)
@@ -308,18 +321,19 @@ def _flush_program(
     q_rows_t = tl.load(q_in + slot * Q_SLOT + head * Q_HEAD + tok_row[None, :] * Q_ROW + v[:, None],
                        mask=tok[None, :], other=0.0)
     f, At, KU = rebuild_factors(s_k, pcum_row, u_rows, q_rows_t, ubuf_t, keys, wj, D, m, NL, NR, QM)
+    k_hi, k_mid, k_lo = _split3_bf16(KU)  # KU meets the tensor cores as three bf16 parts
     # int8 -> fp32 through the fp32 mantissa (integer add, float subtract; I2F runs at a quarter
     # of the FP32 rate), then bf16 once: exact. The products use it as C and as C^T.
     cb = ((codes.to(tl.int32) + MAGIC_BITS).to(tl.float32, bitcast=True) - MAGIC).to(tl.bfloat16)
 
     # one round of subspace iteration on the factors (S is never formed)
     q0_rep = tl.load(q0 + v[:, None] * NR + (c % NR)[None, :])  # [V, RP], column c = q0[:, c % R]
-    b0, b1, b2, b3 = basis(thin_products(cb, q0_rep, s_v, f, At, KU, True, PARTS, NR, UPCAST),
+    b0, b1, b2, b3 = basis(thin_products(cb, q0_rep, s_v, f, At, k_hi, k_mid, k_lo, True, PARTS, RP, UPCAST),
                            NORM_MIN, DROP, QK_TWICE)  # qk
-    b0, b1, b2, b3 = basis(thin_products(cb, _replicate(b0, b1, b2, b3, RP), f, s_v, At, KU, False, PARTS, NR,
-                                         UPCAST), NORM_MIN, DROP, True)  # qv, the token basis
-    u0, u1, u2, u3 = _group_sum(thin_products(cb, _replicate(b0, b1, b2, b3, RP), s_v, f, At, KU, True, PARTS,
-                                              NR, UPCAST))  # uk = S^T qv
+    b0, b1, b2, b3 = basis(thin_products(cb, _replicate(b0, b1, b2, b3, RP), f, s_v, At, k_hi, k_mid, k_lo, False,
+                                         PARTS, RP, UPCAST), NORM_MIN, DROP, True)  # qv, the token basis
+    u0, u1, u2, u3 = _group_sum(thin_products(cb, _replicate(b0, b1, b2, b3, RP), s_v, f, At, k_hi, k_mid, k_lo, True,
+                                              PARTS, RP, UPCAST))  # uk = S^T qv
     # where fp16 u_r would overflow (coherent states above |S| ~ 6e3) a power of two moves from
     # u_r to q_r: exact for q^T u. Without max|S| there is no cheap bound to skip the check.
     e0, e1, e2, e3 = _split4(tl.max(_join4(tl.abs(u0), tl.abs(u1), tl.abs(u2), tl.abs(u3)), axis=0))
@@ -328,7 +342,7 @@ def _flush_program(
     q_rep = _replicate(b0 * _pow2(e0), b1 * _pow2(e1), b2 * _pow2(e2), b3 * _pow2(e3), RP).to(tl.float16)
     u_rep_t = tl.trans(u_rep)  # [RP, K], row r = u_new[r]
 
-    e = residual(cb, s_v, f, At, KU, q_rep, u_rep_t, RP, UPCAST)
+    e = residual(cb, s_v, f, At, k_hi, k_mid, k_lo, q_rep, u_rep_t, RP, UPCAST)
     codes_new, s_k_new, s_v_new = scales_and_codes(e, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
 
     tl.store(codes_out + slot * C_SLOT + head * C_HEAD + v[:, None] * NK + k[None, :], codes_new)
