@@ -34,7 +34,7 @@ DENSE_STRIDES = dict(C_SLOT=H * V * K, C_HEAD=V * K, SK_SLOT=H * K, SK_HEAD=K, S
 
 def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None, module=flush):
     params = [p.name for p in module._flush_kernel.params]
-    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": False, "CTAS": H200_SMS, "SPLIT3": module.SUBSPACE_SPLIT == 3, **module._CONSTANTS,
+    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": False, "CTAS": H200_SMS, "PARTS": module.SUBSPACE_SPLIT, **module._CONSTANTS,
               **(extra or {})}
     sig = {}
     for name in params:

@@ -23,17 +23,20 @@ def verdicts():
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("family", ["structured", "second_window", "random", "small_state", "blind_q0"])
+@pytest.mark.parametrize("family", ["structured", "second_window", "random", "coherent_huge", "tiny_state",
+                                    "deep_decay", "small_state", "blind_q0"])
 def test_interpreted_kernel_meets_criterion(verdicts, family):
     v = verdicts["functional"][family]
     assert verdicts["interpreted"]
     assert v["ok"], v
-    assert v["batch_head"] <= 1.01 and v["inputs_unchanged"]
+    # coherent_huge: the reference's fp16 u overflows, every head is judged by the cap (ratio NaN)
+    assert (v["batch_head"] <= 1.01 or family == "coherent_huge") and v["inputs_unchanged"]
 
 
 @pytest.mark.interpreter
-def test_interpreted_kernel_three_part_products(verdicts):
-    v = verdicts["functional_split3"]
+@pytest.mark.parametrize("family", ["small_state", "blind_q0"])
+def test_interpreted_kernel_two_part_thin_operands(verdicts, family):
+    v = verdicts["functional_split2"][family]
     assert v["ok"] and v["batch_head"] <= 1.01 and v["inputs_unchanged"], v
 
 

@@ -13,13 +13,40 @@ from ..format import decode
 from ..geometry import DEPENDENT_COLUMN, EPS, NORM_FLOOR, QMAX, TOKEN_LIMIT
 
 
-def decay_since_append(gbuf: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """``D[..., j, k] = prod_{i > j} gbuf[..., i, k]`` (so ``D[..., L-1, :] = 1``), in ``dtype``."""
+# Phase helpers. ``emulation.py`` and ``triton_kernel.py`` define helpers of the same names for
+# the same SPEC phases (there on the checkpoint's factors); here each is the plain fp32 definition:
+#   decay            step 1: D_j
+#   rebuild_factors  step 2 in factor form: f, U', the window's key-side factor
+#   thin_products    step 3's products S^T x and S y (here on S itself)
+#   basis            step 3's orthonormal columns (MGS)
+#   residual         step 4: E = S - q_new^T u_new
+#   scales_and_codes steps 5-6
+
+
+def decay(gbuf: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """SPEC step 1: ``D[..., j, k] = prod_{i > j} gbuf[..., i, k]`` (so ``D[..., L-1, :] = 1``), in ``dtype``."""
     g = gbuf.to(dtype)
     later = torch.ones_like(g)
     # reverse inclusive product of the entries after j, shifted by one
     later[..., :-1, :] = g[..., 1:, :].flip(-2).cumprod(-2).flip(-2)
     return later
+
+
+decay_since_append = decay  # the name other modules import
+
+
+def rebuild_factors(s_k, u, kbuf, gbuf, w, pcum, dtype: torch.dtype = torch.float32):
+    """SPEC step 2 written on the checkpoint's factors instead of the state:
+
+    ``S = diag(s_v) C diag(f) + q^T U' + ubuf^T Kw`` with ``f = s_k exp(pcum) / 127`` ``[..., K]``,
+    ``U' = u diag(exp(pcum))`` ``[..., R, K]`` and the window's key-side factor
+    ``Kw[j] = w[j] kbuf[j] D_j`` ``[..., L, K]`` (C = codes ``[V, K]``, q ``[R, V]``, ubuf ``[L, V]``
+    enter as they are). Returns ``(f, U', Kw)`` in ``dtype``; ``rebuild`` is the same sum formed."""
+    p = torch.exp(pcum.to(dtype))
+    f = s_k.to(dtype) * p / QMAX
+    u_decayed = u.to(dtype) * p.unsqueeze(-2)
+    keys = w.to(dtype).unsqueeze(-1) * kbuf.to(dtype) * decay(gbuf, dtype)
+    return f, u_decayed, keys
 
 
 def rebuild(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, dtype: torch.dtype = torch.float32):
@@ -29,7 +56,7 @@ def rebuild(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, dtype: torch.dtype
     every intermediate in ``dtype``. Returns ``[..., V, K]``.
     """
     old = decode(codes, s_k, s_v, u, q, dtype) * torch.exp(pcum.to(dtype)).unsqueeze(-2)
-    keys = kbuf.to(dtype) * decay_since_append(gbuf, dtype)
+    keys = kbuf.to(dtype) * decay(gbuf, dtype)
     values = w.to(dtype).unsqueeze(-1) * ubuf.to(dtype)
     return old + torch.einsum("...jv,...jk->...vk", values, keys)
 
@@ -92,20 +119,43 @@ def quantize(S: torch.Tensor, q0: torch.Tensor, robust: bool = False):
         smax = S.abs().amax((-2, -1), keepdim=True)
         scale = torch.exp2(torch.floor(torch.log2(smax.clamp_min(torch.finfo(S.dtype).tiny))).clamp(-126, 126))
     Su = S / scale
-    Sut = Su.transpose(-1, -2)
-    qk = mgs(Sut @ q0.to(S.dtype), robust)  # [..., K, R]
-    qv = mgs(Su @ qk, robust)  # [..., V, R]
-    uk = (Sut @ qv) * scale  # [..., K, R]
+    qk = basis(thin_products(Su, q0.to(S.dtype), transpose=True), robust)  # [..., K, R]
+    qv = basis(thin_products(Su, qk), robust)  # [..., V, R]
+    uk = thin_products(Su, qv, transpose=True) * scale  # [..., K, R]
     if robust:
         uk, qv = guard_overflow(uk, qv)
     u = uk.transpose(-1, -2).to(torch.float16).contiguous()
     q = qv.transpose(-1, -2).to(torch.float16).contiguous()
-    E = S - q.transpose(-1, -2).to(S.dtype) @ u.to(S.dtype)
+    codes, s_k, s_v = scales_and_codes(residual(S, q, u))
+    return codes, s_k, s_v, u, q
+
+
+def thin_products(S: torch.Tensor, x: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+    """SPEC step 3's products: ``S^T x`` (``transpose``, x ``[..., V, R]`` -> ``[..., K, R]``) or
+    ``S x`` (x ``[..., K, R]`` -> ``[..., V, R]``), on the state ``S`` ``[..., V, K]`` itself."""
+    return (S.transpose(-1, -2) if transpose else S) @ x
+
+
+def basis(a: torch.Tensor, drop_dependent: bool = False) -> torch.Tensor:
+    """SPEC step 3's orthonormal columns of ``a`` ``[..., N, R]``: ``mgs``."""
+    return mgs(a, drop_dependent)
+
+
+def residual(S: torch.Tensor, q: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """SPEC step 4: ``E = S - q^T u`` with the fp16 tokens ``q`` ``[..., R, V]``, ``u`` ``[..., R, K]``
+    upcast to ``S``'s dtype."""
+    return S - q.transpose(-1, -2).to(S.dtype) @ u.to(S.dtype)
+
+
+def scales_and_codes(E: torch.Tensor):
+    """SPEC steps 5-6: ``s_k = max(sqrt(mean_v |E|), EPS)``, ``s_v = max(max_k |E| / s_k, EPS)``,
+    ``codes = round_half_even(127 E / (s_k s_v))`` clamped to ``[-127, 127]``.
+    Returns ``(codes int8 [..., V, K], s_k fp32 [..., K], s_v fp32 [..., V])``."""
     s_k = E.abs().mean(-2).sqrt().clamp_min(EPS)
     s_v = (E.abs() / s_k.unsqueeze(-2)).amax(-1).clamp_min(EPS)
     codes = torch.round(QMAX * E / (s_k.unsqueeze(-2) * s_v.unsqueeze(-1)))  # round half to even
     codes = codes.clamp(-QMAX, QMAX).to(torch.int8)
-    return codes, s_k.float(), s_v.float(), u, q
+    return codes, s_k.float(), s_v.float()
 
 
 def reference(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):

@@ -1,9 +1,21 @@
 """Triton kernel of the LeapQuant KDA flush: one program = one (slot, head).
 
-The program rebuilds the fp32 state ``S`` [V, K] from the old checkpoint and the window, runs one
-round of subspace iteration for the new Compensator Tokens, and re-quantizes the residual (SPEC
-section 4). Products run on tensor cores with operands that are exact in 16 bits or split into bf16
-parts (high and low: about 2^-16 relative; three parts, as in the subspace basis: fp32 class).
+"Flush v3": the subspace products and the residual run on the old checkpoint's factors instead of
+on a rebuilt fp32 state (SPEC section 4; the arithmetic is emulated in ``emulation.py``):
+
+    S     = diag(s_v) C diag(f) + A^T KU,   f = s_k exp(pcum) / 127
+    S^T x = f * (C^T (s_v * x)) + KU^T (A x)          x = q0 or qv   [K, R]
+    S y   = s_v * (C (f * y))   + A^T (KU y)          y = qk         [V, R]
+    E     = C * (s_v f^T) + A^T KU - q_new^T u_new    formed once, onto the dequantised codes
+
+C (int8) is exact in bf16 and the only 128 x 128 operand: it is converted once and used in both
+orientations (C and its transpose). The thin operand (``s_v * x`` or ``f * y``) is split into
+``SUBSPACE_SPLIT`` bf16 parts laid side by side in the 16 columns of one product (column c holds
+part c // 4 of column c % 4), so the products are exact and the accumulation fp32. The low-rank
+tile is 32 rows: A = [ubuf (16); q_hi (4); q_lo (4); 0] [32, V], exact in bf16, and KU = [w_j
+kbuf_j D_j (16); U' (4); U' (4); 0] [32, K] fp32 with U' = u exp(pcum). KU meets the tensor
+cores as three bf16 parts, in the thin products' corrections (against x or y and the
+intermediate A x or KU y, also three parts) and in the residual. Gram-Schmidt is scale-free by a power of two per column (no max|S| is needed).
 Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
 """
 
@@ -15,17 +27,17 @@ import torch
 import triton
 import triton.language as tl
 
-from ..geometry import DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
+from ..geometry import DEPENDENT_COLUMN, EPS, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
 from ..launch import FLAG_TILE, ROUND_MAGIC, ROUND_MAGIC_BITS, checkpoint_strides, interpreting, pick_words, resident_ctas
 
-RANK_PAD = 16  # tl.dot needs every dim >= 16: the R tokens ride in a 16-row block
+RANK_PAD = 16  # tl.dot needs every dim >= 16: the thin operands ride in a 16-column block
+LOW_RANK_ROWS = 32  # the low-rank tile: window (L), q_hi (R), q_lo (R), zero rows
 NUM_WARPS = 8
-# bf16 parts per operand in the token product uk = S^T qv (2 or 3). The basis products
-# a = S^T q0 and b = S qk always take three: the basis moves the residual to first order, and
-# two parts (2^-17) put heads whose residual is small against S (token-dominated or small
-# states, a nearly blind q0) outside the 1.01 bound (NOTES.md item 25); uk's 2^-17 only moves
-# its fp16 rounding, and three parts there cost spills (NOTES.md item 10)
-SUBSPACE_SPLIT = 2
+# bf16 parts of the thin operands (s_v * x, f * y) in the three subspace products: 3 (fp32
+# class) or 2 (~2^-16). They sit side by side in one product of N = 16, so a third part costs
+# nothing on the tensor cores; 1 (a single bf16 operand) fails the strict criterion on some
+# inputs (tests/test_emulation.py)
+SUBSPACE_SPLIT = 3
 MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (NOTES.md)
 # Pool calls run on resident CTAs that rank the due programs and share them out: a call with
 # nothing due costs one flag scan (4 us at B=512, 86 us with one CTA per candidate) and 1 in 16
@@ -33,7 +45,6 @@ MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (NOTES.md)
 PERSISTENT_POOL = True
 # Gram-Schmidt passes for qk (the iterate, which only needs to span S^T q0): one (NOTES.md)
 QK_TWICE = tl.constexpr(False)
-GUARD_FROM_EXP_C = tl.constexpr(GUARD_FROM_EXP)  # geometry.GUARD_FROM_EXP, as a jit global
 
 
 @triton.jit
@@ -44,14 +55,6 @@ def _split_bf16(x):
 
 
 @triton.jit
-def _mma(a, b, acc, UPCAST: tl.constexpr):
-    # UPCAST: Triton's CPU interpreter multiplies bf16 as raw bits; give it fp32 operands
-    if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    return tl.dot(a, b, acc)
-
-
-@triton.jit
 def _split3_bf16(x):
     hi, mid = _split_bf16(x)
     lo = ((x - hi.to(tl.float32)) - mid.to(tl.float32)).to(tl.bfloat16)
@@ -59,36 +62,127 @@ def _split3_bf16(x):
 
 
 @triton.jit
-def _dot_fp32(xh, xm, xl, y, THREE: tl.constexpr, UPCAST: tl.constexpr):
-    # (xh [+ xm] + xl) @ y with y split the same way. Two parts (xm unused): the terms up to
-    # hi*lo, ~2^-16 relative. Three parts: the terms up to hi*lo and mid*mid, ~2^-24 relative.
-    if THREE:
-        yh, ym, yl = _split3_bf16(y)
-        acc = _mma(xh, yh, None, UPCAST)
-        acc = _mma(xh, ym, acc, UPCAST)
-        acc = _mma(xm, yh, acc, UPCAST)
-        acc = _mma(xm, ym, acc, UPCAST)
-        acc = _mma(xh, yl, acc, UPCAST)
-        acc = _mma(xl, yh, acc, UPCAST)
-    else:
-        yh, yl = _split_bf16(y)
-        acc = _mma(xh, yh, None, UPCAST)
-        acc = _mma(xh, yl, acc, UPCAST)
-        acc = _mma(xl, yh, acc, UPCAST)
-    return acc
+def _mma(a, b, acc, UPCAST: tl.constexpr):
+    # bf16 (exact) operands on the tensor cores, fp32 accumulation. UPCAST: Triton's CPU
+    # interpreter multiplies bf16 as raw bits; give it fp32 operands
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc)
 
 
 @triton.jit
-def _add4(a0, a1, a2, a3, b0, b1, b2, b3):
-    return a0 + b0, a1 + b1, a2 + b2, a3 + b3
+def _pow2(e):
+    # 2^e for integer e in [-126, 127], exact, from the exponent bits
+    return ((e + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _exponent(x):
+    # e with 2^e <= x < 2^(e+1) for x >= 0 (-127 for 0 and subnormals)
+    return ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+
+
+@triton.jit
+def _join4(a0, a1, a2, a3):
+    return tl.join(tl.join(a0, a1), tl.join(a2, a3))  # [N, 2, 2], in-thread
+
+
+@triton.jit
+def _split4(x):
+    x01, x23 = tl.split(x)
+    x0, x1 = tl.split(x01)
+    x2, x3 = tl.split(x23)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _replicate(b0, b1, b2, b3, RP: tl.constexpr):
+    # four column vectors [N] -> [N, RP] with column c = b_{c % 4} (the thin operands' layout)
+    c = tl.arange(0, RP)[None, :] % 4
+    return tl.where(c == 0, b0[:, None], tl.where(c == 1, b1[:, None], tl.where(c == 2, b2[:, None], b3[:, None])))
+
+
+@triton.jit
+def _group_sum(acc):
+    # columns r, r + 4, r + 8, r + 12 of acc [N, 16] summed: the parts of column r
+    c = tl.arange(0, acc.shape[1])[None, :] % 4
+    return (tl.sum(tl.where(c == 0, acc, 0.0), axis=1), tl.sum(tl.where(c == 1, acc, 0.0), axis=1),
+            tl.sum(tl.where(c == 2, acc, 0.0), axis=1), tl.sum(tl.where(c == 3, acc, 0.0), axis=1))
+
+
+# --- phase helpers (same names in naive.py and emulation.py) -------------------------------------
+
+
+@triton.jit
+def decay(gbase, m, k, NL: tl.constexpr, NK: tl.constexpr):
+    """SPEC step 1 on the 32-row tile: D_j = prod_{i > j} gbuf[i] for rows j < L (1 below)."""
+    g_after = tl.load(gbase + (m[:, None] + 1) * NK + k[None, :], mask=m[:, None] + 1 < NL, other=1.0)
+    return tl.cumprod(g_after.to(tl.float32), axis=0, reverse=True)
+
+
+@triton.jit
+def rebuild_factors(s_k, pcum_row, u_rows, q_rows_t, ubuf_t, keys, wj, D, m, NL: tl.constexpr,
+                    NR: tl.constexpr, QM: tl.constexpr):
+    """SPEC step 2 on the factors: f [K], A^T [V, 32] (bf16, exact) and KU [32, K] (fp32).
+    ``u_rows`` [32, K] / ``q_rows_t`` [V, 32] hold token row (m - L) % R on rows L .. L + 2R - 1
+    (zero elsewhere), ``keys`` [32, K] / ``ubuf_t`` [V, 32] the window on rows < L."""
+    p = tl.exp(pcum_row)
+    f = s_k * p * (1.0 / QM)
+    KU = tl.where((m < NL)[:, None], keys.to(tl.float32) * D * wj[:, None], u_rows.to(tl.float32) * p[None, :])
+    q_hi, q_lo = _split_bf16(q_rows_t.to(tl.float32))  # fp16 = bf16 + bf16, exactly
+    At = tl.where((m < NL)[None, :], ubuf_t, tl.where((m < NL + NR)[None, :], q_hi, q_lo))
+    return f, At, KU
+
+
+@triton.jit
+def _parts(t, PARTS: tl.constexpr):
+    # t [N, 16] with replicated columns (column c = column c % 4) -> the thin operands' layout:
+    # column c holds bf16 part c // 4 of column c % 4 (zero from part PARTS on)
+    c = tl.arange(0, t.shape[1])[None, :]
+    hi, mid, lo = _split3_bf16(t)
+    out = tl.where(c < 4, hi, tl.where(c < 8, mid, lo))
+    return tl.where(c < 4 * PARTS, out, 0.0)
+
+
+@triton.jit
+def _regroup(y, RP: tl.constexpr):
+    # y [M, 16] in the parts layout -> its parts summed, replicated over the column groups, and
+    # split again into three bf16 parts (the operand of the next product)
+    y0, y1, y2, y3 = _group_sum(y)
+    return _parts(_replicate(y0, y1, y2, y3, RP), 3)
+
+
+@triton.jit
+def thin_products(cb, x_rep, inner, outer, At, k_hi, k_mid, k_lo, TRANSPOSE: tl.constexpr,
+                  PARTS: tl.constexpr, RP: tl.constexpr, UPCAST: tl.constexpr):
+    """S^T x (TRANSPOSE; x_rep [V, 16] -> [K, 16]) or S y (y_rep [K, 16] -> [V, 16]) on the factors,
+    in the thin operands' layout (column c: column c % 4, part c // 4; sum the parts with
+    ``_group_sum``). ``inner``/``outer``: s_v/f (TRANSPOSE) or f/s_v. ``At`` [V, 32]: the exact
+    low-rank tile A^T; ``k_hi/k_mid/k_lo`` [32, K]: KU in three bf16 parts. Every product has
+    exact bf16 operands and fp32 accumulation; the corrections' fp32 x fp32 products are taken
+    as the part products, ~2^-24."""
+    big = _parts(inner[:, None] * x_rep, PARTS)
+    xp = _parts(x_rep, 3)
+    if TRANSPOSE:
+        acc = outer[:, None] * _mma(tl.trans(cb), big, None, UPCAST)  # f * C^T (s_v x) [K, 16]
+        y = _regroup(_mma(tl.trans(At), xp, None, UPCAST), RP)  # A x [32, 16]
+        acc = _mma(tl.trans(k_hi), y, acc, UPCAST)  # + KU^T (A x)
+        acc = _mma(tl.trans(k_mid), y, acc, UPCAST)
+        acc = _mma(tl.trans(k_lo), y, acc, UPCAST)
+    else:
+        acc = outer[:, None] * _mma(cb, big, None, UPCAST)  # s_v * C (f y) [V, 16]
+        y = _mma(k_hi, xp, None, UPCAST)  # KU y [32, 16]
+        y = _mma(k_mid, xp, y, UPCAST)
+        y = _mma(k_lo, xp, y, UPCAST)
+        acc = _mma(At, _regroup(y, RP), acc, UPCAST)  # + A^T (KU y)
+    return acc
 
 
 @triton.jit
 def _project_out(v, b0, b1, b2):
     # v minus its components along the orthonormal b0..b2 (zero where not built yet); the same
     # reduction gives |v|^2, so a pass costs one exchange between warps
-    parts = tl.join(tl.join(b0 * v, b1 * v), tl.join(b2 * v, v * v))  # [N, 2, 2], in-thread
-    c01, c2v = tl.split(tl.sum(parts, axis=0))
+    c01, c2v = tl.split(tl.sum(_join4(b0 * v, b1 * v, b2 * v, v * v), axis=0))
     c0, c1 = tl.split(c01)
     c2, vv = tl.split(c2v)
     return v - c0 * b0 - c1 * b1 - c2 * b2, vv, c0 * c0 + c1 * c1 + c2 * c2
@@ -125,42 +219,64 @@ def _unit_direction(v, b0, b1, b2, r: tl.constexpr, NORM_MIN: tl.constexpr, DROP
 
 
 @triton.jit
-def _orthonormal_cols(x, RANK: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
-                      TWICE: tl.constexpr):
-    # Gram-Schmidt over the R = 4 columns of x [N, RANK_PAD]; columns >= R come back zero.
-    # The columns are worked on as separate vectors, so each pass reduces 4 values, not the
-    # padded block.
-    tl.static_assert(RANK == 4)
-    cols = tl.arange(0, x.shape[1])[None, :]
-    zero = tl.zeros([x.shape[0]], dtype=x.dtype)
-    b0 = _unit_direction(tl.sum(tl.where(cols == 0, x, 0.0), axis=1), zero, zero, zero, 0, NORM_MIN, DROP, TWICE)
-    b1 = _unit_direction(tl.sum(tl.where(cols == 1, x, 0.0), axis=1), b0, zero, zero, 1, NORM_MIN, DROP, TWICE)
-    b2 = _unit_direction(tl.sum(tl.where(cols == 2, x, 0.0), axis=1), b0, b1, zero, 2, NORM_MIN, DROP, TWICE)
-    b3 = _unit_direction(tl.sum(tl.where(cols == 3, x, 0.0), axis=1), b0, b1, b2, 3, NORM_MIN, DROP, TWICE)
-    return tl.where(cols == 0, b0[:, None], tl.where(cols == 1, b1[:, None],
-                    tl.where(cols == 2, b2[:, None], tl.where(cols == 3, b3[:, None], 0.0))))
+def basis(acc, NORM_MIN: tl.constexpr, DROP: tl.constexpr, TWICE: tl.constexpr):
+    """SPEC step 3's orthonormal columns of a thin product ``acc`` [N, 16] (its parts summed
+    here). Scale-free: each column is first scaled by its own power of two (max in [1, 2)), which
+    Gram-Schmidt does not see and which keeps fp32 norms of tiny columns from underflowing.
+    Returns the four unit columns [N]."""
+    a0, a1, a2, a3 = _group_sum(acc)
+    m0, m1, m2, m3 = _split4(tl.max(_join4(tl.abs(a0), tl.abs(a1), tl.abs(a2), tl.abs(a3)), axis=0))
+    a0 = a0 * _pow2(-tl.minimum(tl.maximum(_exponent(m0), -126), 126))
+    a1 = a1 * _pow2(-tl.minimum(tl.maximum(_exponent(m1), -126), 126))
+    a2 = a2 * _pow2(-tl.minimum(tl.maximum(_exponent(m2), -126), 126))
+    a3 = a3 * _pow2(-tl.minimum(tl.maximum(_exponent(m3), -126), 126))
+    zero = tl.zeros_like(a0)
+    b0 = _unit_direction(a0, zero, zero, zero, 0, NORM_MIN, DROP, TWICE)
+    b1 = _unit_direction(a1, b0, zero, zero, 1, NORM_MIN, DROP, TWICE)
+    b2 = _unit_direction(a2, b0, b1, zero, 2, NORM_MIN, DROP, TWICE)
+    b3 = _unit_direction(a3, b0, b1, b2, 3, NORM_MIN, DROP, TWICE)
+    return b0, b1, b2, b3
 
 
 @triton.jit
-def _pow2(e):
-    # 2^e for integer e in [-126, 127], exact, from the exponent bits
-    return ((e + 127) << 23).to(tl.float32, bitcast=True)
+def _guard_scale(mu, LIMIT: tl.constexpr):
+    # the power of two that keeps fp16 u_r finite: 2^e with max|u_r| / 2^e <= LIMIT
+    return tl.where(mu > LIMIT, _exponent(mu / LIMIT) + 1, 0)
 
 
 @triton.jit
-def _exponent(x):
-    # e with 2^e <= x < 2^(e+1) for x >= 0 (-127 for 0 and subnormals)
-    return ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+def residual(cb, s_v, f, At, k_hi, k_mid, k_lo, q_rep, u_rep_t, RP: tl.constexpr, UPCAST: tl.constexpr):
+    """SPEC step 4 formed once: E = C * (s_v f^T) + A^T KU - q_new^T u_new, exact products
+    accumulated in fp32 onto the dequantised codes. ``q_rep`` [V, 16] / ``u_rep_t`` [16, K]: the
+    fp16 new tokens replicated (column / row c = token c % 4); both are exact in two bf16 parts,
+    and the 16 products (hi, lo) x (hi, lo) fill one k-step."""
+    e = cb.to(tl.float32) * s_v[:, None] * f[None, :]
+    e = _mma(At, k_hi, e, UPCAST)
+    e = _mma(At, k_mid, e, UPCAST)
+    e = _mma(At, k_lo, e, UPCAST)
+    c = tl.arange(0, RP)
+    qh, ql = _split_bf16(q_rep.to(tl.float32))
+    uh, ul = _split_bf16(-u_rep_t.to(tl.float32))  # negated in fp32 (the interpreter's bf16 negation is not)
+    lhs = tl.where(c[None, :] < 8, qh, ql)  # part c // 8 of q_new
+    rhs = tl.where((c[:, None] // 4) % 2 == 0, uh, ul)  # part (c // 4) % 2 of -u_new
+    return _mma(lhs, rhs, e, UPCAST)
 
 
 @triton.jit
-def _guard_overflow(uk, qv, LIMIT: tl.constexpr):
-    # The checkpoint stores only q^T u, so where fp16 u_r would overflow (coherent states above
-    # |S| ~ 6e3) a power of two moves from u_r to q_r: exact for q^T u. Elsewhere the tokens stay
-    # as the reference has them.
-    mu = tl.max(tl.abs(uk), axis=0)
-    e = tl.where(mu > LIMIT, _exponent(mu / LIMIT) + 1, 0)
-    return uk * _pow2(-e)[None, :], qv * _pow2(e)[None, :]
+def scales_and_codes(e, QM: tl.constexpr, SCALE_MIN: tl.constexpr, MAGIC: tl.constexpr,
+                     MAGIC_BITS: tl.constexpr):
+    """SPEC steps 5-6 on E [V, K]: (codes int8, s_k [K], s_v [V])."""
+    ae = tl.abs(e)
+    # each thread computes the scales of all its 32 columns: the fast sqrt (within 1 ulp) keeps
+    # that cheap; the codes use the stored scales, so the decoded state is unaffected
+    s_k = tl.maximum(tl.sqrt(tl.sum(ae, axis=0) * (1.0 / e.shape[0])), SCALE_MIN)
+    inv_k = 1.0 / s_k
+    s_v = tl.maximum(tl.max(ae * inv_k[None, :], axis=1), SCALE_MIN)
+    x = e * inv_k[None, :] * (QM / s_v)[:, None]
+    x = tl.minimum(tl.maximum(x, -QM), QM)
+    # round half to even through the fp32 mantissa; the low byte is the int8 code
+    codes = ((x + MAGIC).to(tl.int32, bitcast=True) - MAGIC_BITS).to(tl.int8)
+    return codes, s_k, s_v
 
 
 @triton.jit(noinline=True)
@@ -172,90 +288,68 @@ def _flush_program(
     SV_SLOT: tl.constexpr, SV_HEAD: tl.constexpr,
     U_SLOT: tl.constexpr, U_HEAD: tl.constexpr, U_ROW: tl.constexpr,
     Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr, Q_ROW: tl.constexpr,
-    IN_PLACE: tl.constexpr, UPCAST: tl.constexpr, SPLIT3: tl.constexpr,
+    IN_PLACE: tl.constexpr, UPCAST: tl.constexpr, PARTS: tl.constexpr,
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
-    NR: tl.constexpr, RP: tl.constexpr,
+    NR: tl.constexpr, RP: tl.constexpr, MR: tl.constexpr,
     QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
     U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
 ):
+    tl.static_assert((NL % NR == 0) & (NL + 2 * NR <= MR))
     prog = slot * NH + head
     v = tl.arange(0, NV)
     k = tl.arange(0, NK)
     j = tl.arange(0, NL)
-    r = tl.arange(0, RP)
-    live = r < NR
+    m = tl.arange(0, MR)  # rows of the low-rank tile
+    c = tl.arange(0, RP)  # columns of the thin operands
+    live = c < NR
+    win = m < NL
+    tok = (m >= NL) & (m < NL + 2 * NR)
+    tok_row = m % NR  # (m - L) % R: L is a multiple of R
 
-    # window: decay of entry j since it was appended, D_j = prod_{i > j} gbuf[i]
+    # window and old checkpoint, straight into the low-rank tile's rows
     gbase = gbuf + prog * (NL * NK)
-    g_after = tl.load(gbase + (j[:, None] + 1) * NK + k[None, :], mask=j[:, None] + 1 < NL, other=1.0)
-    decay_j = tl.cumprod(g_after.to(tl.float32), axis=0, reverse=True)
-    wj = tl.load(w + prog * NL + j)
-    keys = tl.load(kbuf + prog * (NL * NK) + j[:, None] * NK + k[None, :]).to(tl.float32)
-    keys = keys * decay_j * wj[:, None]
-    vals_t = tl.load(ubuf + prog * (NL * NV) + j[None, :] * NV + v[:, None])  # [V, L] bf16, exact
-    decay = tl.exp(tl.load(pcum + prog * NK + k))
-
-    # old checkpoint
+    D = decay(gbase, m, k, NL, NK)
+    wj = tl.load(w + prog * NL + m, mask=win, other=0.0)
+    keys = tl.load(kbuf + prog * (NL * NK) + m[:, None] * NK + k[None, :], mask=win[:, None], other=0.0)
+    ubuf_t = tl.load(ubuf + prog * (NL * NV) + m[None, :] * NV + v[:, None], mask=win[None, :], other=0.0)
+    pcum_row = tl.load(pcum + prog * NK + k)
     codes = tl.load(codes_in + slot * C_SLOT + head * C_HEAD + v[:, None] * NK + k[None, :])
     s_k = tl.load(sk_in + slot * SK_SLOT + head * SK_HEAD + k)
     s_v = tl.load(sv_in + slot * SV_SLOT + head * SV_HEAD + v)
-    u_old = tl.load(u_in + slot * U_SLOT + head * U_HEAD + r[:, None] * U_ROW + k[None, :],
-                    mask=live[:, None], other=0.0)
-    q_old_t = tl.load(q_in + slot * Q_SLOT + head * Q_HEAD + r[None, :] * Q_ROW + v[:, None],
-                      mask=live[None, :], other=0.0)
+    u_rows = tl.load(u_in + slot * U_SLOT + head * U_HEAD + tok_row[:, None] * U_ROW + k[None, :],
+                     mask=tok[:, None], other=0.0)
+    q_rows_t = tl.load(q_in + slot * Q_SLOT + head * Q_HEAD + tok_row[None, :] * Q_ROW + v[:, None],
+                       mask=tok[None, :], other=0.0)
+    f, At, KU = rebuild_factors(s_k, pcum_row, u_rows, q_rows_t, ubuf_t, keys, wj, D, m, NL, NR, QM)
+    k_hi, k_mid, k_lo = _split3_bf16(KU)  # KU meets the tensor cores as three bf16 parts
+    # int8 -> fp32 through the fp32 mantissa (integer add, float subtract; I2F runs at a quarter
+    # of the FP32 rate), then bf16 once: exact. The products use it as C and as C^T.
+    cb = ((codes.to(tl.int32) + MAGIC_BITS).to(tl.float32, bitcast=True) - MAGIC).to(tl.bfloat16)
 
-    # rebuild: fp16 x fp16 products are exact in fp32, so the token part needs no split
-    s = _mma(q_old_t, u_old, None, UPCAST)
-    # int8 -> fp32 through the fp32 mantissa (integer add, float subtract): I2F runs at a
-    # quarter of the FP32 rate
-    codes_f = (codes.to(tl.int32) + MAGIC_BITS).to(tl.float32, bitcast=True) - MAGIC
-    s = (codes_f * (s_v * (1.0 / QM))[:, None] * s_k[None, :] + s) * decay[None, :]
-    kh, kl = _split_bf16(keys)
-    s = _mma(vals_t, kh, s, UPCAST)
-    s = _mma(vals_t, kl, s, UPCAST)
+    # one round of subspace iteration on the factors (S is never formed)
+    q0_rep = tl.load(q0 + v[:, None] * NR + (c % NR)[None, :])  # [V, RP], column c = q0[:, c % R]
+    b0, b1, b2, b3 = basis(thin_products(cb, q0_rep, s_v, f, At, k_hi, k_mid, k_lo, True, PARTS, RP, UPCAST),
+                           NORM_MIN, DROP, QK_TWICE)  # qk
+    b0, b1, b2, b3 = basis(thin_products(cb, _replicate(b0, b1, b2, b3, RP), f, s_v, At, k_hi, k_mid, k_lo, False,
+                                         PARTS, RP, UPCAST), NORM_MIN, DROP, True)  # qv, the token basis
+    u0, u1, u2, u3 = _group_sum(thin_products(cb, _replicate(b0, b1, b2, b3, RP), s_v, f, At, k_hi, k_mid, k_lo, True,
+                                              PARTS, RP, UPCAST))  # uk = S^T qv
+    # where fp16 u_r would overflow (coherent states above |S| ~ 6e3) a power of two moves from
+    # u_r to q_r: exact for q^T u. Without max|S| there is no cheap bound to skip the check.
+    e0, e1, e2, e3 = _split4(tl.max(_join4(tl.abs(u0), tl.abs(u1), tl.abs(u2), tl.abs(u3)), axis=0))
+    e0, e1, e2, e3 = _guard_scale(e0, U_LIMIT), _guard_scale(e1, U_LIMIT), _guard_scale(e2, U_LIMIT), _guard_scale(e3, U_LIMIT)
+    u_rep = _replicate(u0 * _pow2(-e0), u1 * _pow2(-e1), u2 * _pow2(-e2), u3 * _pow2(-e3), RP).to(tl.float16)
+    q_rep = _replicate(b0 * _pow2(e0), b1 * _pow2(e1), b2 * _pow2(e2), b3 * _pow2(e3), RP).to(tl.float16)
+    u_rep_t = tl.trans(u_rep)  # [RP, K], row r = u_new[r]
 
-    # one round of subspace iteration on [N, RANK_PAD] blocks: S stays fp32 for the residual
-    # and meets the tensor cores as bf16 parts (three in the basis products, NOTES.md item 25)
-    # The iteration is scale-free: run it on S / 2^e with max|S / 2^e| in [1, 2), so that no
-    # Gram-Schmidt norm underflows (tiny states) or overflows, and scale u back (exact).
-    ex = tl.minimum(tl.maximum(_exponent(tl.max(tl.max(tl.abs(s), axis=1), axis=0)), -126), 126)
-    sh, sm, sl = _split3_bf16(s * _pow2(-ex))
-    sht, smt, slt = tl.trans(sh), tl.trans(sm), tl.trans(sl)
-    q0p = tl.load(q0 + v[:, None] * NR + r[None, :], mask=live[None, :], other=0.0)  # [V, RP]
-    # qk only has to span S^T q0 well (b = S qk spans the same space for any basis of it), so
-    # one Gram-Schmidt pass does; qv is the token basis and gets both
-    qk = _orthonormal_cols(_dot_fp32(sht, smt, slt, q0p, True, UPCAST), NR, NORM_MIN, DROP, QK_TWICE)  # [K, RP]
-    qv = _orthonormal_cols(_dot_fp32(sh, sm, sl, qk, True, UPCAST), NR, NORM_MIN, DROP, True)  # [V, RP]
-    if SPLIT3:
-        uk = _dot_fp32(sht, smt, slt, qv, True, UPCAST)
-    else:  # hi and mid are the two-part split of S
-        uk = _dot_fp32(sht, sht, smt, qv, False, UPCAST)
-    uk = uk * _pow2(ex)
-    # |u_r[k]| <= |S[:, k]| |qv_r| < sqrt(V) 2^(ex+1): below 2^14 the guard cannot fire, and
-    # its reduction (one more exchange between warps) is skipped
-    if ex > GUARD_FROM_EXP_C:
-        uk, qv = _guard_overflow(uk, qv, U_LIMIT)
-    u_new = tl.trans(uk).to(tl.float16)  # [RP, K]
-    q_new_t = qv.to(tl.float16)  # [V, RP]
-
-    # residual against the rounded tokens: fp16 x fp16 products are exact in fp32
-    e = _mma(-q_new_t, u_new, s, UPCAST)
-    ae = tl.abs(e)
-    # each thread computes the scales of all its 32 columns: the fast sqrt (within 1 ulp) keeps
-    # that cheap; the codes use the stored scales, so the decoded state is unaffected
-    s_k_new = tl.maximum(tl.sqrt(tl.sum(ae, axis=0) * (1.0 / NV)), SCALE_MIN)
-    inv_k = 1.0 / s_k_new
-    s_v_new = tl.maximum(tl.max(ae * inv_k[None, :], axis=1), SCALE_MIN)
-    x = e * inv_k[None, :] * (QM / s_v_new)[:, None]
-    x = tl.minimum(tl.maximum(x, -QM), QM)
-    # round half to even through the fp32 mantissa; the low byte is the int8 code
-    codes_new = ((x + MAGIC).to(tl.int32, bitcast=True) - MAGIC_BITS).to(tl.int8)
+    e = residual(cb, s_v, f, At, k_hi, k_mid, k_lo, q_rep, u_rep_t, RP, UPCAST)
+    codes_new, s_k_new, s_v_new = scales_and_codes(e, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
 
     tl.store(codes_out + slot * C_SLOT + head * C_HEAD + v[:, None] * NK + k[None, :], codes_new)
     tl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + k, s_k_new)
     tl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + v, s_v_new)
-    tl.store(u_out + slot * U_SLOT + head * U_HEAD + r[:, None] * U_ROW + k[None, :], u_new, mask=live[:, None])
-    tl.store(q_out + slot * Q_SLOT + head * Q_HEAD + r[None, :] * Q_ROW + v[:, None], q_new_t, mask=live[None, :])
+    tl.store(u_out + slot * U_SLOT + head * U_HEAD + c[:, None] * U_ROW + k[None, :], u_rep_t, mask=live[:, None])
+    tl.store(q_out + slot * Q_SLOT + head * Q_HEAD + c[None, :] * Q_ROW + v[:, None], q_rep, mask=live[None, :])
     if IN_PLACE:
         # every thread's window loads are consumed before any reset lands
         tl.debug_barrier()
@@ -278,12 +372,12 @@ def _flush_kernel(
     Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr, Q_ROW: tl.constexpr,
     IN_PLACE: tl.constexpr,  # pool mode: programs from idx, due when hcnt == L, window reset
     UPCAST: tl.constexpr,  # running under TRITON_INTERPRET=1
-    SPLIT3: tl.constexpr,  # token product uk with 3-part bf16 operands (else 2; a and b: 3)
+    PARTS: tl.constexpr,  # bf16 parts of the thin operands in the subspace products (2 or 3)
     PERSISTENT: tl.constexpr,  # a grid of resident CTAs sharing out the due programs
     TILE: tl.constexpr,  # candidates whose flags a CTA reads at once (persistent grid)
     CTAS: tl.constexpr,  # persistent grid size (resident CTAs on the device)
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
-    NR: tl.constexpr, RP: tl.constexpr,
+    NR: tl.constexpr, RP: tl.constexpr, MR: tl.constexpr,
     QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
     U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
 ):
@@ -302,7 +396,7 @@ def _flush_kernel(
             codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
             kbuf, ubuf, gbuf, w, pcum, q0,
             C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-            Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, SPLIT3, NH, NV, NK, NL, NR, RP,
+            Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
             QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS,
         )
         return
@@ -337,14 +431,23 @@ def _flush_kernel(
             codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
             kbuf, ubuf, gbuf, w, pcum, q0,
             C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-            Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, SPLIT3, NH, NV, NK, NL, NR, RP,
+            Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
             QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS,
         )
 
 
-_CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, RP=RANK_PAD, QM=float(QMAX), SCALE_MIN=EPS,
+_CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, RP=RANK_PAD, MR=LOW_RANK_ROWS, QM=float(QMAX), SCALE_MIN=EPS,
                   NORM_MIN=NORM_FLOOR, DROP=DEPENDENT_COLUMN, U_LIMIT=TOKEN_LIMIT,
                   MAGIC=ROUND_MAGIC, MAGIC_BITS=ROUND_MAGIC_BITS)
+
+
+def _pointers(ckpt_in, ckpt_out, window, q0, idx, hcnt, picks) -> dict:
+    """The kernel's tensor arguments by name."""
+    names_in = ("codes_in", "sk_in", "sv_in", "u_in", "q_in")
+    names_out = ("codes_out", "sk_out", "sv_out", "u_out", "q_out")
+    return {**dict(zip(names_in, ckpt_in)), **dict(zip(names_out, ckpt_out)),
+            **dict(zip(("kbuf", "ubuf", "gbuf", "w", "pcum"), window)), "q0": q0, "idx": idx, "hcnt": hcnt,
+            "picks": picks}
 
 
 def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None):
@@ -365,7 +468,6 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     if num_programs == 0:
         return None
     dummy = q0  # unused pointer arguments in functional mode
-    kbuf, ubuf, gbuf, w, pcum = window
     # a pool call may have few or no programs due: resident CTAs share out the due ones
     persistent = in_place and PERSISTENT_POOL
     grid = (resident_ctas(q0.device) if persistent else num_programs,)
@@ -376,11 +478,12 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     # launch on the tensors' GPU, which need not be the current device
     with torch.cuda.device(q0.device) if q0.is_cuda else contextlib.nullcontext():
         return _flush_kernel[grid](
-            *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
-            idx if in_place else dummy, hcnt if in_place else dummy, num_programs,
-            picks if persistent else dummy, pick_stride,
-            **checkpoint_strides(*ckpt_in), IN_PLACE=in_place, UPCAST=interpreting(), PERSISTENT=persistent,
-            SPLIT3=SUBSPACE_SPLIT == 3,
-            TILE=FLAG_TILE, CTAS=grid[0], **_CONSTANTS,
+            **_pointers(ckpt_in, ckpt_out, window, q0, idx if in_place else dummy, hcnt if in_place else dummy,
+                        picks if persistent else dummy),
+            num_programs=num_programs, pick_stride=pick_stride,
+            **checkpoint_strides(*ckpt_in),
+            **dict(IN_PLACE=in_place, UPCAST=interpreting(), PERSISTENT=persistent, PARTS=SUBSPACE_SPLIT,
+                   TILE=FLAG_TILE, CTAS=grid[0]),
+            **_CONSTANTS,
             num_warps=NUM_WARPS, num_stages=1, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
         )

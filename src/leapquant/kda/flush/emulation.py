@@ -1,0 +1,204 @@
+"""Plain-PyTorch emulation of the portable kernel's arithmetic on the checkpoint's factors ("flush
+v3"): the subspace products and the residual run on the int8 codes (exact in bf16) and the
+low-rank factors, never on a rebuilt fp32 state.
+
+    S    = diag(s_v) C diag(f) + A^T KU
+    S^T x = f * (C^T (s_v * x)) + KU^T (A x)        x = q0 or qv      [K, R]
+    S y   = s_v * (C (f * y))   + A^T (KU y)        y = qk            [V, R]
+    E    = C * (s_v f^T) + A^T KU - q_new^T u_new   (formed once, SPEC step 4)
+
+with ``f = s_k exp(pcum) / 127``, and the kernel's 32-row low-rank tile: ``A`` = [ubuf (16 rows);
+q_hi (4); q_lo (4); 0 (8)] ``[32, V]`` (exact in bf16: ubuf is bf16, fp16 q is hi + lo exactly) and
+``KU`` = [w_j kbuf_j * D_j (16); U' (4); U' (4); 0 (8)] ``[32, K]`` fp32, ``U' = u diag(exp(pcum))``.
+
+What is emulated, as the kernel does it:
+* the thin operand (``s_v * x`` or ``f * y``, fp32) is split into ``parts`` bf16 parts side by side
+  (one tensor-core product with N = 16, 4 * parts columns used); products with the int8 codes are
+  exact, the accumulation is fp32 (here: an fp32 matmul of exact values);
+* the low-rank corrections ``KU^T (A x)`` and ``A^T (KU y)`` at fp32 class: their fp32 operands
+  (x or y, KU, the intermediate A x or KU y) as three bf16 parts, exact products, fp32 sums;
+* Gram-Schmidt as the kernel's (classical, projections and |v|^2 from one reduction, a second pass
+  only after cancellation (Kahan's criterion) and only for qv, dependent columns -> e_r), each
+  column first scaled by its own power of two (scale-free; no max|S| needed);
+* the fp16 overflow guard on u (always: without max|S| there is no cheap bound to skip it);
+* the residual as one fp32 accumulation of exact products onto the dequantised codes: KU in three
+  bf16 parts against A, and the fp16 new tokens (exact in two bf16 parts each);
+* the kernel's scales and codes (reciprocal-multiply, round half to even).
+
+Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..geometry import DEPENDENT_COLUMN, EPS, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT
+
+LOW_RANK_ROWS = 32  # the kernel's low-rank tile: window (L), q_hi (R), q_lo (R), zero rows
+F32 = torch.float32
+
+
+def split_bf16(x: torch.Tensor, parts: int) -> list[torch.Tensor]:
+    """``x`` (fp32) as ``parts`` bf16 values (returned upcast to fp32, exactly) whose sum is ``x``
+    to ~2^-8 (1), ~2^-16 (2) or ~2^-24 (3) relative: hi = bf16(x), mid = bf16(x - hi), ..."""
+    out, rest = [], x
+    for _ in range(parts):
+        p = rest.to(torch.bfloat16).to(F32)
+        out.append(p)
+        rest = rest - p
+    return out
+
+
+def _three(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as the sum of its three bf16 parts (what the tensor cores see of it)."""
+    hi, mid, lo = split_bf16(x, 3)
+    return (hi + mid) + lo
+
+
+# --- phase helpers (same names in naive.py and triton_kernel.py) ---------------------------------
+
+
+def decay(gbuf: torch.Tensor) -> torch.Tensor:
+    """SPEC step 1: ``D_j = prod_{i > j} gbuf[i]`` ``[..., L, K]`` fp32 (a reverse running product
+    of the later gates, as the kernel's ``tl.cumprod(reverse=True)``)."""
+    g = gbuf.to(F32)
+    after = torch.ones_like(g)
+    after[..., :-1, :] = g[..., 1:, :]
+    return after.flip(-2).cumprod(-2).flip(-2)
+
+
+def rebuild_factors(s_k, u, q, kbuf, ubuf, gbuf, w, pcum):
+    """SPEC step 2 on the factors: ``f`` ``[..., K]`` and the low-rank tile ``(A [..., 32, V],
+    KU [..., 32, K])``, fp32, with ``S = diag(s_v) C diag(f) + A^T KU`` (module docstring)."""
+    p = torch.exp(pcum.to(F32))
+    f = s_k * p * (1.0 / QMAX)
+    keys = kbuf.to(F32) * decay(gbuf) * w.to(F32).unsqueeze(-1)  # [..., L, K]
+    u_decayed = u.to(F32) * p.unsqueeze(-2)  # U' [..., R, K]
+    q_hi = q.to(torch.bfloat16).to(F32)
+    q_lo = (q.to(F32) - q_hi).to(torch.bfloat16).to(F32)  # exact: fp16 = bf16 + bf16
+    lead = q.shape[:-2]
+    pad = LOW_RANK_ROWS - L - 2 * R
+    zv = torch.zeros(*lead, pad, q.shape[-1], dtype=F32, device=q.device)
+    zk = torch.zeros(*lead, pad, u.shape[-1], dtype=F32, device=u.device)
+    A = torch.cat([ubuf.to(F32), q_hi, q_lo, zv], -2)
+    KU = torch.cat([keys, u_decayed, u_decayed, zk], -2)
+    return f, A, KU
+
+
+def thin_products(C, s_v, f, A, KU, x, transpose: bool, parts: int = 3) -> torch.Tensor:
+    """``S^T x`` (``transpose``; x ``[..., V, R]`` -> ``[..., K, R]``) or ``S x`` (x ``[..., K, R]`` ->
+    ``[..., V, R]``) on the factors: the codes ``C`` (fp32, exact) against the thin operand split into
+    ``parts`` bf16 parts (exact products, fp32 sums), the low-rank tile in fp32."""
+    # the corrections' fp32 x fp32 products as the kernel takes them: both sides as three bf16
+    # parts (exact part products, fp32 sums), ~2^-24
+    x3, KU3 = _three(x), _three(KU)
+    if transpose:
+        big = C.transpose(-1, -2)
+        t, outer = s_v.unsqueeze(-1) * x, f
+        corr = KU3.transpose(-1, -2) @ _three(A @ x3)
+    else:
+        big = C
+        t, outer = f.unsqueeze(-1) * x, s_v
+        corr = A.transpose(-1, -2) @ _three(KU3 @ x3)
+    # the parts side by side: one product of N = 4 * parts columns, then each column group scaled
+    # by the outer scale; the correction joins the first group before the group sum
+    groups = big @ torch.cat(split_bf16(t, parts), -1)  # [..., N, 4 * parts]
+    groups = outer.unsqueeze(-1) * groups
+    acc = groups[..., :R] + corr
+    for g in range(1, parts):
+        acc = acc + groups[..., g * R : (g + 1) * R]
+    return acc
+
+
+def _project_out(v, cols):
+    # v minus its components along the orthonormal cols (classical: all coefficients from v);
+    # the same reduction gives |v|^2 and the coefficients' squares
+    c = [(b * v).sum(-1, keepdim=True) for b in cols]
+    vv = (v * v).sum(-1, keepdim=True)
+    out = v
+    for cj, b in zip(c, cols):
+        out = out - cj * b
+    return out, vv, sum(cj * cj for cj in c)
+
+
+def _unit_direction(v, cols, r: int, twice: bool):
+    if r == 0:
+        return v / torch.sqrt((v * v).sum(-1, keepdim=True)).clamp_min(NORM_FLOOR)
+    v, v0, cc = _project_out(v, cols)
+    norm2 = v0 - cc  # the b_j are orthonormal
+    if twice:  # Kahan: a pass keeping under half of |v|^2 is repeated; after a second one, measured
+        v2, vv2, cc2 = _project_out(v, cols)
+        n2 = vv2 - cc2
+        n2 = torch.where(n2 < 0.5 * vv2, (v2 * v2).sum(-1, keepdim=True), n2)
+        again = norm2 < 0.5 * v0
+        v, norm2 = torch.where(again, v2, v), torch.where(again, n2, norm2)
+    dependent = norm2 <= DEPENDENT_COLUMN * v0
+    e_r = torch.zeros_like(v)
+    e_r[..., r] = 1
+    e_r = _project_out(_project_out(e_r, cols)[0], cols)[0]
+    v = torch.where(dependent, e_r, v)
+    norm2 = torch.where(dependent, (e_r * e_r).sum(-1, keepdim=True), norm2)
+    return v / torch.sqrt(norm2.clamp_min(0.0)).clamp_min(NORM_FLOOR)
+
+
+def basis(a: torch.Tensor, twice: bool = True) -> torch.Tensor:
+    """Orthonormal columns of ``a`` ``[..., N, R]`` as the kernel builds them: each column scaled by
+    its own power of two (max in [1, 2); Gram-Schmidt does not see it, fp32 norms of tiny columns
+    do not underflow), then classical Gram-Schmidt (``twice``: a second pass where the first
+    cancelled), dependent columns replaced by e_r."""
+    m = a.abs().amax(-2, keepdim=True)
+    e = torch.where(m > 0, torch.frexp(m).exponent - 1, -126).clamp(-126, 126)
+    a = torch.ldexp(a, -e)
+    cols = []
+    for r in range(a.shape[-1]):
+        cols.append(_unit_direction(a[..., r], cols, r, twice))
+    return torch.stack(cols, -1)
+
+
+def guard_overflow(uk: torch.Tensor, qv: torch.Tensor):
+    """Where fp16 u_r would overflow (``max|u_r| > TOKEN_LIMIT``) a power of two moves to q_r
+    (exact for q^T u), as ``naive.guard_overflow``."""
+    mu = uk.abs().amax(-2, keepdim=True)
+    e = torch.where(mu > TOKEN_LIMIT, torch.floor(torch.log2(mu / TOKEN_LIMIT)) + 1, torch.zeros_like(mu))
+    return uk * torch.exp2(-e), qv * torch.exp2(e)
+
+
+def residual(C, s_v, f, A, KU, q_new, u_new) -> torch.Tensor:
+    """SPEC step 4 formed once on the factors: ``E = C * (s_v f^T) + A^T KU - q_new^T u_new``, one
+    fp32 accumulation of exact products (KU in three bf16 parts against the exact A; the fp16
+    tokens exact in two parts each) onto the dequantised codes. Returns ``[..., V, K]`` fp32."""
+    base = C * s_v.unsqueeze(-1) * f.unsqueeze(-2)
+    left = torch.cat([A.transpose(-1, -2)] * 3 + [q_new.to(F32).transpose(-1, -2)], -1)  # [..., V, 100]
+    right = torch.cat(split_bf16(KU, 3) + [-u_new.to(F32)], -2)  # [..., 100, K]
+    return base + left @ right
+
+
+def scales_and_codes(E: torch.Tensor):
+    """SPEC steps 5-6 as the kernel computes them (reciprocal of s_k, one division for s_v).
+    Returns ``(codes int8, s_k fp32, s_v fp32)``."""
+    ae = E.abs()
+    s_k = torch.sqrt(ae.sum(-2) * (1.0 / E.shape[-2])).clamp_min(EPS)
+    inv_k = 1.0 / s_k
+    s_v = (ae * inv_k.unsqueeze(-2)).amax(-1).clamp_min(EPS)
+    x = E * inv_k.unsqueeze(-2) * (QMAX / s_v).unsqueeze(-1)
+    codes = torch.round(x.clamp(-QMAX, QMAX)).to(torch.int8)  # round half to even
+    return codes, s_k, s_v
+
+
+def flush_emulated(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, parts: int = 3):
+    """The flush (SPEC section 4) in the kernel's arithmetic on the factors, batched over any
+    leading dims (``[B, H]``); same arguments and results as ``naive.reference``. ``parts``: bf16
+    parts of the thin operand in the three subspace products (3: fp32 class; 2: ~2^-16; 1: a
+    single bf16 operand). The state S is never formed before E."""
+    with torch.no_grad():
+        C = codes.to(F32)
+        f, A, KU = rebuild_factors(s_k, u, q, kbuf, ubuf, gbuf, w, pcum)
+        s_v = s_v.to(F32)
+        qk = basis(thin_products(C, s_v, f, A, KU, q0.to(F32), True, parts), twice=False)  # [..., K, R]
+        qv = basis(thin_products(C, s_v, f, A, KU, qk, False, parts), twice=True)  # [..., V, R]
+        uk = thin_products(C, s_v, f, A, KU, qv, True, parts)  # [..., K, R]
+        uk, qv = guard_overflow(uk, qv)
+        u_new = uk.transpose(-1, -2).to(torch.float16).contiguous()
+        q_new = qv.transpose(-1, -2).to(torch.float16).contiguous()
+        codes_new, s_k_new, s_v_new = scales_and_codes(residual(C, s_v, f, A, KU, q_new, u_new))
+        return codes_new, s_k_new, s_v_new, u_new, q_new
