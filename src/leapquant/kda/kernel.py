@@ -28,9 +28,10 @@ import triton
 KERNELS = ("gluon", "triton")
 OPERATIONS = {"flush": ("gluon", "triton"), "step": ("triton",)}  # the kernels each operation has
 FORCE_VARIABLE = "LEAPQUANT_KERNEL"
-# On the H200 only the Gluon kernel passes every input family in both forms at every batch size
-# (the portable one fails small_state at B >= 256), and it is also the faster of the two with
-# every program due (BENCHMARKS.md, 2026-12-01): the default wherever it runs.
+# On the H200 only the Gluon kernel passed every input family in both forms at every batch size
+# (the portable kernel before flush v3 failed small_state at B >= 256; v3, on the checkpoint's
+# factors, has not run on a GPU yet), and it was the faster of the two with every program due
+# (BENCHMARKS.md, 2026-12-01): the default wherever it runs.
 GLUON_BY_DEFAULT = True
 
 
