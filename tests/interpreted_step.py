@@ -25,4 +25,18 @@ for fam in ("random", "structured"):
     t = time.time()
     out[f"pool_{fam}"] = step_checks.pool_form("cpu", step_checks.kernel_inplace, family=fam)
     out["seconds"][f"pool_{fam}"] = round(time.time() - t, 1)
+# the Pool's warm-up (what Pool() runs on CUDA), here on a CPU pool given the CUDA pool's kernels
+import torch  # noqa: E402
+
+from leapquant.kda import Pool  # noqa: E402
+from leapquant.kda.kernel import choose  # noqa: E402
+from leapquant.kda.launch import pick_words  # noqa: E402
+
+pool = Pool(3, "cpu")
+pool.kernel, pool.step_kernel = choose("cpu"), choose("cpu", "step")
+pool.picks = torch.empty(pick_words(pool.num_slots, pool.device), dtype=torch.int32)
+names = ("raw", "kbuf", "ubuf", "gbuf", "w", "pcum", "hcnt")
+before = {n: getattr(pool, n).clone() for n in names}
+pool._warm_up()
+out["warm_up_untouched"] = all(torch.equal(before[n], getattr(pool, n)) for n in names)
 print(json.dumps(out))

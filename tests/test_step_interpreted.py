@@ -46,3 +46,9 @@ def test_interpreted_step_pool_form(verdicts, family):
 def test_interpreted_beta_is_correctly_rounded_for_every_bf16_input(verdicts):
     # sigmoid(b) for small bf16 b sits within a fraction of an fp32 ulp of a bf16 midpoint
     assert verdicts["beta_disagreements"] == 0
+
+
+@pytest.mark.interpreter
+def test_interpreted_pool_warm_up_launches_both_kernels_on_nothing(verdicts):
+    # Pool._warm_up compiles and runs the flush and step kernels on slot 0; nothing changes
+    assert verdicts["warm_up_untouched"]

@@ -86,3 +86,12 @@ def test_decode_loop_tracks_fla_recurrence(bias_shift, rel_bound, head_bound, gr
     assert rel[-1] <= growth * rel[0], res  # no growth beyond the re-quantisation's
     # the compression's share is visible above the bf16 output's rounding, not swamped by it
     assert all(r >= f for r, f in zip(rel, res["rounding_rel"])), res
+
+
+def test_pool_names_the_kernels_it_runs():
+    # a CPU pool runs the PyTorch paths; the step's kernel is chosen where the flush's is
+    from leapquant.kda.kernel import choose
+
+    pool = Pool(2, "cpu")
+    assert pool.kernel is None and pool.step_kernel is None
+    assert choose("cpu", "step") == "triton" and choose("cpu") == "triton"

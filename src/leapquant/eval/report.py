@@ -87,6 +87,8 @@ def check_output(parser: argparse.ArgumentParser, option: str, path: str | None,
     ``-`` (standard output, where ``stdout_ok``) or a file whose folder exists and is writable."""
     if path is None or (stdout_ok and path == STDOUT):
         return
+    if path == STDOUT:
+        parser.error(f"{option} -: only --json can go to standard output")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         parser.error(f"{option} {path}: folder {folder} does not exist")

@@ -29,6 +29,7 @@ from ..kda.geometry import H, K, L, R, V
 from ..kda.pool import Pool
 from ..kda.step.naive import gate, normalize_qk
 from . import step_inputs
+from .report import check_output
 
 
 def token_stream(N: int, T: int, device="cpu", seed: int = 0) -> dict:
@@ -111,6 +112,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when present")
     ap.add_argument("--json", default=None, help="write the per-window figures to this JSON file")
     args = ap.parse_args(argv)
+    check_output(ap, "--json", args.json, stdout_ok=False)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     res = decode_loop(args.sequences, args.tokens, args.prefill, device, args.seed, args.bias_shift)
     if args.json:
