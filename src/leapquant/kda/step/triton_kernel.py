@@ -1,9 +1,12 @@
 """Triton kernel of the per-token KDA decode step on LeapQuant checkpoints: one program = one
 (sequence, head).
 
-Design. The step is memory-bound: a program moves ~34 KB and does ~2 x 16K multiply-adds, so it
-runs in fp32 on the CUDA cores (no tensor cores) and never forms the state ``S`` [V, K], in
-registers or in global memory. It uses the factor formulation (``naive.step_products``):
+Design. The step is memory-bound: a program moves ~34 KB and does ~2 x 16K multiply-adds. It
+never forms the state ``S`` [V, K], in registers or in global memory, and its inner products run
+on tensor cores with exact operands (``tl.dot``, fp32 accumulation): the codes are exact in
+bf16; an fp32 operand is three bf16 parts (~2^-24 relative), laid side by side as columns 0..2
+(for kn) and 3..5 (for qn) of a [*, 16] operand, the parts' column sums added afterwards; fp16
+``q`` is two exact bf16 parts. It uses the factor formulation (``naive.step_products``):
 
     S x = s_v * (C (f * x)) + Q^T (U' x) + sum_j ubuf_j w_j ((kbuf_j * D_j) . x),   x in {kn, qn}
 
@@ -54,9 +57,9 @@ from .naive import QK_NORM_EPS, QK_SCALE, SOFTPLUS_THRESHOLD
 
 BETA_SERIES_BELOW = 0.5  # |b| below this: beta from a series (see _beta_bf16)
 BLOCK_V = 32  # value rows per pass of phase 2: a [32, 128] codes tile is 32 codes a thread
-NUM_WARPS = 4
-# registers stay low (~40 live values a thread), so many programs are resident per SM and keep
-# enough loads in flight for a memory-bound kernel
+NUM_WARPS = 2
+# offline sm_90a: 2 warps run a program in ~9.8K warp instructions (168 registers, 6 CTAs = 12
+# warps an SM); 4 warps take ~13.3K (125 registers, 16 warps an SM)
 
 
 @triton.jit
