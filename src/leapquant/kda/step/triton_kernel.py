@@ -1,9 +1,12 @@
 """Triton kernel of the per-token KDA decode step on LeapQuant checkpoints: one program = one
 (sequence, head).
 
-Design. The step is memory-bound: a program moves ~34 KB and does ~2 x 16K multiply-adds, so it
-runs in fp32 on the CUDA cores (no tensor cores) and never forms the state ``S`` [V, K], in
-registers or in global memory. It uses the factor formulation (``naive.step_products``):
+Design. The step is memory-bound: a program moves ~34 KB and does ~2 x 16K multiply-adds. It
+never forms the state ``S`` [V, K], in registers or in global memory, and its inner products run
+on tensor cores with exact operands (``tl.dot``, fp32 accumulation): the codes are exact in
+bf16; an fp32 operand is three bf16 parts (~2^-24 relative), laid side by side as columns 0..2
+(for kn) and 3..5 (for qn) of a [*, 16] operand, the parts' column sums added afterwards; fp16
+``q`` is two exact bf16 parts. It uses the factor formulation (``naive.step_products``):
 
     S x = s_v * (C (f * x)) + Q^T (U' x) + sum_j ubuf_j w_j ((kbuf_j * D_j) . x),   x in {kn, qn}
 
@@ -49,14 +52,14 @@ import triton.language as tl
 
 from ..format import CHECKPOINT_FIELDS
 from ..geometry import H, K, L, QMAX, R, V
-from ..launch import checkpoint_strides
+from ..launch import checkpoint_strides, interpreting
 from .naive import QK_NORM_EPS, QK_SCALE, SOFTPLUS_THRESHOLD
 
 BETA_SERIES_BELOW = 0.5  # |b| below this: beta from a series (see _beta_bf16)
 BLOCK_V = 32  # value rows per pass of phase 2: a [32, 128] codes tile is 32 codes a thread
-NUM_WARPS = 4
-# registers stay low (~40 live values a thread), so many programs are resident per SM and keep
-# enough loads in flight for a memory-bound kernel
+NUM_WARPS = 2
+# offline sm_90a: 2 warps run a program in ~9.8K warp instructions (168 registers, 6 CTAs = 12
+# warps an SM); 4 warps take ~13.3K (125 registers, 16 warps an SM)
 
 
 @triton.jit
@@ -108,6 +111,34 @@ def _beta_bf16(b, SMALL: tl.constexpr):
 
 
 @triton.jit
+def _mma(a, b, acc, UPCAST: tl.constexpr):
+    # UPCAST: Triton's CPU interpreter multiplies bf16 as raw bits; give it fp32 operands (the
+    # flush kernel's _mma)
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc)
+
+
+@triton.jit
+def _part3(x, p):
+    # part p (0, 1, 2: hi, mid, lo) of fp32 x split into three bf16 values, as fp32; the parts
+    # sum to x up to ~2^-24 relative (the interpreter truncates instead of rounding: same bound)
+    hi = x.to(tl.bfloat16).to(tl.float32)
+    r1 = x - hi
+    mid = r1.to(tl.bfloat16).to(tl.float32)
+    lo = (r1 - mid).to(tl.bfloat16).to(tl.float32)
+    return tl.where(p == 0, hi, tl.where(p == 1, mid, lo))
+
+
+@triton.jit
+def _parts_cols(xa, xb, NC: tl.constexpr):
+    # [N, NC] bf16: columns 0..2 the three parts of xa [N], columns 3..5 those of xb, zeros beyond
+    col = tl.arange(0, NC)[None, :]
+    x = tl.where(col < 3, xa[:, None], xb[:, None])
+    return tl.where(col < 6, _part3(x, col % 3), 0.0).to(tl.bfloat16)
+
+
+@triton.jit
 def _softplus(x, THRESHOLD: tl.constexpr):
     # log1p(exp(x)) for x <= THRESHOLD, else x; log1p(e) = log(1 + e) * e / ((1 + e) - 1), exact
     # to a few ulps where 1 + e rounds (Goldberg), e itself where 1 + e == 1
@@ -133,6 +164,7 @@ def _step_kernel(
     U_SLOT: tl.constexpr, U_HEAD: tl.constexpr, U_ROW: tl.constexpr,
     Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr, Q_ROW: tl.constexpr,
     IN_PLACE: tl.constexpr,  # pool form
+    UPCAST: tl.constexpr,  # running under TRITON_INTERPRET=1
     BV: tl.constexpr,  # value rows per pass
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr, NR: tl.constexpr,
     QM: tl.constexpr, NORM_EPS: tl.constexpr, SCALE: tl.constexpr, SP_THRESHOLD: tl.constexpr,
@@ -173,44 +205,64 @@ def _step_kernel(
     pcum_n = tl.load(pcum + prog * NK + k) + g
     pc = tl.exp(pcum_n)
 
-    # the window: entry j decays by en and by the gates of the live entries after it
+    # the window and the tokens, one operand A [2L, K]: rows j < L the window's entries
+    # w_j kbuf_j * D_j (D_j: en and the gates of the live entries after j; rows >= h are 0), rows
+    # L .. L + 2R - 1 the tokens' U' = U diag(pc) (twice: the hi and lo parts of q^T meet them in
+    # phase 2), zero beyond. Its products with kn and qn run on tensor cores: A and [kn | qn]
+    # split into three bf16 parts each (fp32 class), the parts' column sums added afterwards.
     wbase = prog * (NL * NK)
     live = j < h
-    g_after = tl.load(gbuf + wbase + (j[:, None] + 1) * NK + k[None, :], mask=(j[:, None] + 1) < h, other=1.0)
+    ra = tl.arange(0, 2 * NL)
+    g_after = tl.load(gbuf + wbase + (ra[:, None] + 1) * NK + k[None, :], mask=(ra[:, None] + 1) < h, other=1.0)
     decay = tl.cumprod(g_after.to(tl.float32), axis=0, reverse=True) * en[None, :]
-    keys = tl.load(kbuf + wbase + j[:, None] * NK + k[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-    keys = keys * decay  # kbuf_j * D_j; rows >= h are 0
-    if IN_PLACE:
-        wj = tl.load(w + prog * NL + j, mask=live, other=0.0)
-    else:
+    wa = tl.load(w + prog * NL + ra, mask=ra < h, other=0.0)
+    if not IN_PLACE:
         w_all = tl.load(w + prog * NL + j)
-        wj = tl.where(live, w_all, 0.0)
-    win_k = tl.sum(keys * kn[None, :], axis=1) * wj  # [L]
-    win_q = tl.sum(keys * qn[None, :], axis=1) * wj
-    # the tokens: (U' x)_r = sum_k u_r[k] pc[k] x[k]
-    u_pc = tl.load(u + slot * U_SLOT + head * U_HEAD + r[:, None] * U_ROW + k[None, :]).to(tl.float32) * pc[None, :]
-    tok_kn = tl.sum(u_pc * kn[None, :], axis=1)  # [R]
-    tok_qn = tl.sum(u_pc * qn[None, :], axis=1)
+    keys = tl.load(kbuf + wbase + ra[:, None] * NK + k[None, :], mask=(ra < h)[:, None], other=0.0).to(tl.float32)
+    umask = (ra >= NL) & (ra < NL + 2 * NR)
+    ur = tl.where(umask, (ra - NL) % NR, 0)
+    uu = tl.load(u + slot * U_SLOT + head * U_HEAD + ur[:, None] * U_ROW + k[None, :], mask=umask[:, None], other=0.0).to(tl.float32)
+    am = tl.where((ra < NL)[:, None], keys * (decay * wa[:, None]), uu * pc[None, :])
+    xkq = _parts_cols(kn, qn, 16)  # [K, 16]
+    a_hi = am.to(tl.bfloat16)
+    a_r = am - a_hi.to(tl.float32)
+    a_mid = a_r.to(tl.bfloat16)
+    a_lo = (a_r - a_mid.to(tl.float32)).to(tl.bfloat16)
+    pj = _mma(a_hi, xkq, None, UPCAST)
+    pj = _mma(a_mid, xkq, pj, UPCAST)
+    pj = _mma(a_lo, xkq, pj, UPCAST)  # [2L, 16]
+    col = tl.arange(0, 16)[None, :]
+    proj_k = tl.sum(tl.where(col < 3, pj, 0.0), axis=1)  # [2L]: w_j (kbuf_j D_j) . kn, then (U' kn)_r
+    proj_q = tl.sum(tl.where((col >= 3) & (col < 6), pj, 0.0), axis=1)
+    ywt = _parts_cols(proj_k, proj_q, 16)  # [2L, 16]
     # the residual's column factor f = s_k pc / 127, folded into both vectors
     f = tl.load(s_k + slot * SK_SLOT + head * SK_HEAD + k) * pc * (1.0 / QM)
-    f_kn = f * kn
-    f_qn = f * qn
+    xf = _parts_cols(f * kn, f * qn, 16)  # [K, 16]
 
-    # phase 2: value rows, BV at a time; every byte of codes, s_v, q and ubuf is read once
+    # phase 2: value rows, BV at a time; every byte of codes, s_v, q and ubuf is read once. One
+    # tile's products on tensor cores: codes (exact in bf16) @ xf, scaled by s_v, then
+    # [ubuf^T | q^T hi | q^T lo] [BV, 2L] (exact in bf16) @ ywt accumulated on top
     cbase = codes + slot * C_SLOT + head * C_HEAD
     vwin = ubuf + prog * (NL * NV)
+    qmask = (ra >= NL) & (ra < NL + 2 * NR)
+    qr = tl.where(qmask, (ra - NL) % NR, 0)
     for c0 in tl.static_range(0, NV, BV):
         v = c0 + vv
-        cf = tl.load(cbase + v[:, None] * NK + k[None, :]).to(tl.float32)  # [BV, K]
+        cb = tl.load(cbase + v[:, None] * NK + k[None, :])  # [BV, K]
+        if UPCAST:
+            cb = cb.to(tl.float32)  # the interpreter's int8 -> bf16 is wrong
+        else:
+            cb = cb.to(tl.bfloat16)
+        acc = _mma(cb, xf, None, UPCAST)
         s_vr = tl.load(s_v + slot * SV_SLOT + head * SV_HEAD + v)
-        Skn = s_vr * tl.sum(cf * f_kn[None, :], axis=1)
-        Sqn = s_vr * tl.sum(cf * f_qn[None, :], axis=1)
-        qt_r = tl.load(q + slot * Q_SLOT + head * Q_HEAD + r[None, :] * Q_ROW + v[:, None]).to(tl.float32)  # [BV, R]
-        Skn += tl.sum(qt_r * tok_kn[None, :], axis=1)
-        Sqn += tl.sum(qt_r * tok_qn[None, :], axis=1)
-        vals = tl.load(vwin + j[None, :] * NV + v[:, None], mask=live[None, :], other=0.0).to(tl.float32)  # [BV, L]
-        Skn += tl.sum(vals * win_k[None, :], axis=1)
-        Sqn += tl.sum(vals * win_q[None, :], axis=1)
+        acc = acc * s_vr[:, None]
+        vals = tl.load(vwin + ra[None, :] * NV + v[:, None], mask=(ra < h)[None, :], other=0.0).to(tl.float32)
+        qt_r = tl.load(q + slot * Q_SLOT + head * Q_HEAD + qr[None, :] * Q_ROW + v[:, None], mask=qmask[None, :], other=0.0).to(tl.float32)
+        q_hi = qt_r.to(tl.bfloat16).to(tl.float32)
+        a2 = tl.where((ra < NL + NR)[None, :], vals + q_hi, qt_r - q_hi)  # [BV, 2L]
+        acc = _mma(a2.to(tl.bfloat16), ywt, acc, UPCAST)
+        Skn = tl.sum(tl.where(col < 3, acc, 0.0), axis=1)
+        Sqn = tl.sum(tl.where((col >= 3) & (col < 6), acc, 0.0), axis=1)
         vt = tl.load(vx + tok * v_row + head * NV + v).to(tl.float32)
         u_new = beta * (vt - Skn)
         tl.store(o + out_row + v, _round_bf16(Sqn + kq * u_new))
@@ -237,7 +289,7 @@ def _step_kernel(
 
 
 _CONSTANTS = dict(BV=BLOCK_V, NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), NORM_EPS=QK_NORM_EPS,
-                  SCALE=QK_SCALE, SP_THRESHOLD=SOFTPLUS_THRESHOLD, BETA_SMALL=BETA_SERIES_BELOW)
+                  SCALE=QK_SCALE, SP_THRESHOLD=SOFTPLUS_THRESHOLD, BETA_SMALL=BETA_SERIES_BELOW, UPCAST=False)
 
 
 def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None):
@@ -277,6 +329,6 @@ def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None
             qx=qx, kx=kx, vx=vx, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
             o=o, k_row=k_row, u_row=u_row, g_row=g_row, w_new=w_new, pcum_new=pcum_new,
             idx=idx, qk_row=qx.stride(0), v_row=vx.stride(0),
-            **checkpoint_strides(*ckpt), IN_PLACE=in_place, **_CONSTANTS,
+            **checkpoint_strides(*ckpt), IN_PLACE=in_place, **{**_CONSTANTS, "UPCAST": interpreting()},
             num_warps=NUM_WARPS, num_stages=1,
         )
