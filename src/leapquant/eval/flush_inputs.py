@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .draw import HOT_ROW, Draw, structured_checkpoint
 from ..kda.format import CHECKPOINT_FIELDS, WINDOW_FIELDS
 from ..kda.geometry import H, K, L, QMAX, R, V
 
@@ -20,7 +21,6 @@ STRESS_FAMILIES = ("coherent_huge", "tiny_state", "deep_decay", "small_state", "
 
 # edge-case heads of the structured family
 RANK1, ZERO, RANK2, TINY, HUGE, RANK1_NOISE, DECAYED, NO_DECAY = range(1, 9)
-HOT_ROW = 5
 NO_DECAY_CHANNELS = 32
 # small_state: head h at 10^(SMALL_STATE_DECADES[0] + h/(H-1) * span), |S| ~ 1e-4 .. 1e-12; blind_q0:
 # the tokens' overlap with q0 at 10^(BLIND_OVERLAP_DECADES[0] + ...), 1e-6 .. 1e-1
@@ -31,19 +31,7 @@ BLIND_RESIDUAL = 0.03  # blind_q0: s_k and window values against the tokens
 BLIND_LOG_GATE = 0.5  # blind_q0: pcum in [-0.5, 0], so the decay leaves the old tokens dominant
 
 
-class _Draw:
-    def __init__(self, device, seed):
-        self.device = torch.device(device)
-        self.gen = torch.Generator(device=self.device).manual_seed(seed)
-
-    def normal(self, *shape):
-        return torch.randn(shape, generator=self.gen, device=self.device)
-
-    def uniform(self, lo, hi, *shape):
-        return lo + (hi - lo) * torch.rand(shape, generator=self.gen, device=self.device)
-
-
-def _structured_window(d: _Draw, B: int) -> dict:
+def _structured_window(d: Draw, B: int) -> dict:
     gbuf = d.uniform(0.6, 1.0, B, H, L, K).half()
     pcum = gbuf.float().log().sum(-2) - d.uniform(0.0, 0.5, B, H, K)
     return {
@@ -57,15 +45,9 @@ def _structured_window(d: _Draw, B: int) -> dict:
 
 def structured(B: int, device="cpu", seed: int = 0) -> dict:
     """Hot-row checkpoint, full window, and the eight edge-case heads of SPEC section 6."""
-    d = _Draw(device, seed)
-    s_v = d.uniform(0.1, 0.6, B, H, V)
-    s_v[..., HOT_ROW] *= 30
+    d = Draw(device, seed)
     x = {
-        "codes": (d.normal(B, H, V, K) * 40).round().clamp(-QMAX, QMAX).to(torch.int8),
-        "s_k": d.uniform(0.05, 0.25, B, H, K),
-        "s_v": s_v,
-        "u": (d.normal(B, H, R, K) * 0.5).half(),
-        "q": (d.normal(B, H, R, V) * 0.5).half(),
+        **structured_checkpoint(d, B),
         **_structured_window(d, B),
         "q0": d.normal(V, R),
     }
@@ -98,14 +80,14 @@ def second_window(B: int, device="cpu", seed: int = 0) -> dict:
     first = structured(B, device, seed)
     ckpt = chunked(reference, first)
     x = dict(zip(CHECKPOINT_ARGS, ckpt))
-    x.update(_structured_window(_Draw(device, seed + 7919), B))
+    x.update(_structured_window(Draw(device, seed + 7919), B))
     x["q0"] = first["q0"]
     return x
 
 
 def random(B: int, device="cpu", seed: int = 0) -> dict:
     """Uniform codes, log-normal scales, N(0,1) tokens and window, gates down to 0.001."""
-    d = _Draw(device, seed)
+    d = Draw(device, seed)
     return {
         "codes": torch.randint(-QMAX, QMAX + 1, (B, H, V, K), generator=d.gen, device=d.device).to(torch.int8),
         "s_k": 0.05 * torch.exp(0.7 * d.normal(B, H, K)),
@@ -126,7 +108,7 @@ def coherent_huge(B: int, device="cpu", seed: int = 0) -> dict:
     window of large same-sign keys and values that never decays. ``u = S^T q`` of such a state
     exceeds fp16's range (65504) unless magnitude moves from u to q."""
     x = structured(B, device, seed)
-    d = _Draw(device, seed + 1)
+    d = Draw(device, seed + 1)
     x["ubuf"] = (100 + 5 * d.normal(B, H, L, V)).bfloat16()
     x["kbuf"] = (5 + 0.3 * d.normal(B, H, L, K)).bfloat16()
     x["gbuf"] = torch.ones(B, H, L, K, dtype=torch.float16, device=d.device)
@@ -151,7 +133,7 @@ def deep_decay(B: int, device="cpu", seed: int = 0) -> dict:
     """The random family with log-gates down to -2000 and gates down to 1e-4: whole key
     channels of the old state and of early window entries underflow to zero."""
     x = random(B, device, seed)
-    d = _Draw(device, seed + 2)
+    d = Draw(device, seed + 2)
     x["pcum"] = -d.uniform(0.0, 2000.0, B, H, K)
     x["gbuf"] = d.uniform(1e-4, 1.0, B, H, L, K).half()
     return x
@@ -183,7 +165,7 @@ def blind_q0(B: int, device="cpu", seed: int = 0) -> dict:
     start finds the tokens only through S S^T q0, so the basis (and the residual) is sensitive
     to the precision of the products (issue 10)."""
     x = random(B, device, seed)
-    d = _Draw(device, seed + 3)
+    d = Draw(device, seed + 3)
     half = V // 2
     eps = _per_head_decades(BLIND_OVERLAP_DECADES, d.device)[None, :, None, None]
     # orthonormal token rows inside each half (QR of Gaussian blocks), mixed by eps

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from .draw import HOT_ROW, Draw, structured_checkpoint
 from ..kda.geometry import H, K, L, QMAX, R, V
 
 STEP_ARGS = ("codes", "s_k", "s_v", "u", "q", "kbuf", "ubuf", "gbuf", "w", "pcum", "h",
@@ -29,36 +30,20 @@ EMPTY_ZERO_CODES, ZERO_STATE, FULL_WINDOW, TINY, HUGE, DECAYED = range(1, 7)
 EDGE_HEADS = {EMPTY_ZERO_CODES: "empty window, zero codes", ZERO_STATE: "all-zero state, empty window",
               FULL_WINDOW: "h = L - 1", TINY: "tiny residual, tokens and window", HUGE: "huge residual, tokens and window",
               DECAYED: "pcum - 200"}
-HOT_ROW = 5
 MODEL_SEED = 20240917  # the fixed generator of A_log and dt_bias
-
-
-class _Draw:
-    def __init__(self, device, seed: int):
-        self.device = torch.device(device)
-        self.gen = torch.Generator(device=self.device).manual_seed(seed)
-
-    def normal(self, *shape):
-        return torch.randn(shape, generator=self.gen, device=self.device)
-
-    def uniform(self, lo, hi, *shape):
-        return lo + (hi - lo) * torch.rand(shape, generator=self.gen, device=self.device)
-
-    def fill(self, *shape):
-        return torch.randint(0, L, shape, generator=self.gen, device=self.device, dtype=torch.int32)
 
 
 def model_params(device="cpu") -> dict:
     """``{"A_log": fp32 [H], "dt_bias": fp32 [H, K]}``: ``A_log = log(U(0,1) * 1.5 + 0.5)``,
     ``dt_bias = N(0,1) * 0.5 - 1``, from the fixed generator ``MODEL_SEED``."""
-    d = _Draw(device, MODEL_SEED)
+    d = Draw(device, MODEL_SEED)
     return {"A_log": torch.log(d.uniform(0.0, 1.0, H) * 1.5 + 0.5), "dt_bias": d.normal(H, K) * 0.5 - 1.0}
 
 
 def tokens(B: int, device="cpu", seed: int = 0) -> dict:
     """A fresh token per program: ``qx, kx, a`` bf16 ``[B, H, K]`` and ``vx`` bf16 ``[B, H, V]``,
     all N(0, 1); ``b`` bf16 ``[B, H]``, 2 N(0, 1)."""
-    d = _Draw(device, seed)
+    d = Draw(device, seed)
     return {"qx": d.normal(B, H, K).bfloat16(), "kx": d.normal(B, H, K).bfloat16(),
             "vx": d.normal(B, H, V).bfloat16(), "a": d.normal(B, H, K).bfloat16(),
             "b": (2 * d.normal(B, H)).bfloat16()}
@@ -68,7 +53,7 @@ def _live(h: torch.Tensor) -> torch.Tensor:
     return torch.arange(L, device=h.device) < h.unsqueeze(-1)  # [B, H, L]
 
 
-def _window_gates(d: _Draw, h: torch.Tensor, lo: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _window_gates(d: Draw, h: torch.Tensor, lo: float) -> tuple[torch.Tensor, torch.Tensor]:
     # gbuf U(lo, 1) on live entries, 1 past the fill count; w = 1 on live entries, 0 elsewhere
     B = h.shape[0]
     live = _live(h)
@@ -78,15 +63,9 @@ def _window_gates(d: _Draw, h: torch.Tensor, lo: float) -> tuple[torch.Tensor, t
 
 def structured(B: int, device="cpu", seed: int = 0) -> dict:
     """Hot-row checkpoint, windows filled to a random ``h``, and the edge-case heads ``EDGE_HEADS``."""
-    d = _Draw(device, seed)
-    s_v = d.uniform(0.1, 0.6, B, H, V)
-    s_v[..., HOT_ROW] *= 30
+    d = Draw(device, seed)
     x = {
-        "codes": (d.normal(B, H, V, K) * 40).round().clamp(-QMAX, QMAX).to(torch.int8),
-        "s_k": d.uniform(0.05, 0.25, B, H, K),
-        "s_v": s_v,
-        "u": (d.normal(B, H, R, K) * 0.5).half(),
-        "q": (d.normal(B, H, R, V) * 0.5).half(),
+        **structured_checkpoint(d, B),
         "kbuf": (d.normal(B, H, L, K) * 0.1).bfloat16(),
         "ubuf": (d.normal(B, H, L, V) * 0.3).bfloat16(),
     }
@@ -115,7 +94,7 @@ def structured(B: int, device="cpu", seed: int = 0) -> dict:
 def random(B: int, device="cpu", seed: int = 0) -> dict:
     """Uniform codes in [-127, 127], log-normal scales, N(0, 1) tokens and window, gates
     U(0.001, 1) on live entries, ``pcum = -U(0, 20)``, ``h`` uniform in [0, L)."""
-    d = _Draw(device, seed)
+    d = Draw(device, seed)
     x = {
         "codes": torch.randint(-QMAX, QMAX + 1, (B, H, V, K), generator=d.gen, device=d.device).to(torch.int8),
         "s_k": 0.05 * torch.exp(0.7 * d.normal(B, H, K)),

@@ -107,3 +107,15 @@ def check_q0(q0, device: torch.device) -> None:
         raise ValueError(f"q0 is on {q0.device}, expected {device}")
     if not q0.is_contiguous():
         raise ValueError("q0 must be contiguous")
+
+
+class full_fp32_matmul:
+    """Context manager: matrix products on CUDA in full fp32 (no TF32) inside it, the previous
+    setting restored after. The fp32 definitions (``flush.naive``, ``step.naive``) run in it."""
+
+    def __enter__(self):
+        self._prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+    def __exit__(self, *exc):
+        torch.backends.cuda.matmul.allow_tf32 = self._prev

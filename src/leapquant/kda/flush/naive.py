@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..format import decode
+from ..format import decode, full_fp32_matmul as _full_fp32_matmul
 from ..geometry import DEPENDENT_COLUMN, EPS, NORM_FLOOR, QMAX, TOKEN_LIMIT
 
 
@@ -190,12 +190,3 @@ def _flush(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, robust: bool):
     with _full_fp32_matmul(), torch.no_grad():
         S = rebuild(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, torch.float32)
         return quantize(S, q0, robust)
-
-
-class _full_fp32_matmul:
-    def __enter__(self):
-        self._prev = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
-
-    def __exit__(self, *exc):
-        torch.backends.cuda.matmul.allow_tf32 = self._prev

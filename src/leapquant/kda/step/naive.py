@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from ..format import decode
+from ..format import decode, full_fp32_matmul as _full_fp32_matmul
 from ..geometry import K, L, QMAX
 
 QK_NORM_EPS = 1e-6  # added to |x|^2 before the reciprocal square root
@@ -194,13 +194,3 @@ def step_cpu(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a,
     with _full_fp32_matmul(), torch.no_grad():
         return _step(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b, A_log, dt_bias,
                      products=True)
-
-
-class _full_fp32_matmul:
-    # products on GPUs must not drop to TF32 in the reference
-    def __enter__(self):
-        self._prev = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
-
-    def __exit__(self, *exc):
-        torch.backends.cuda.matmul.allow_tf32 = self._prev

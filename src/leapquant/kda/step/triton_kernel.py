@@ -53,6 +53,7 @@ import triton.language as tl
 from ..format import CHECKPOINT_FIELDS
 from ..geometry import H, K, L, QMAX, R, V
 from ..launch import checkpoint_strides, interpreting
+from ..tl_common import mma as _mma
 from .naive import QK_NORM_EPS, QK_SCALE, SOFTPLUS_THRESHOLD
 
 BETA_SERIES_BELOW = 0.5  # |b| below this: beta from a series (see _beta_bf16)
@@ -108,15 +109,6 @@ def _beta_bf16(b, SMALL: tl.constexpr):
     small = tl.abs(b) < SMALL
     s = tl.where(small, s_small, tl.sigmoid(b))
     return _round_bf16_split(s, tl.where(small, err, 0.0))
-
-
-@triton.jit
-def _mma(a, b, acc, UPCAST: tl.constexpr):
-    # UPCAST: Triton's CPU interpreter multiplies bf16 as raw bits; give it fp32 operands (the
-    # flush kernel's _mma)
-    if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    return tl.dot(a, b, acc)
 
 
 @triton.jit

@@ -1,0 +1,45 @@
+"""Seeded draws shared by the input families of the flush and the step (``flush_inputs``,
+``step_inputs``): a generator on a device, and the structured checkpoint both requests define
+(full-range codes, a hot value row, Compensator Tokens).
+
+Sources: NVlabs/kda requests conless-leapquant-kda-flush and conless-leapquant-kda-step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..kda.geometry import H, K, L, QMAX, R, V
+
+HOT_ROW = 5  # the value row whose scale is 30x the others in the structured checkpoint
+
+
+class Draw:
+    """Seeded draws on ``device``: ``normal``, ``uniform(lo, hi)``, ``fill`` (int32 in [0, L))."""
+
+    def __init__(self, device, seed: int):
+        self.device = torch.device(device)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+
+    def normal(self, *shape):
+        return torch.randn(shape, generator=self.gen, device=self.device)
+
+    def uniform(self, lo, hi, *shape):
+        return lo + (hi - lo) * torch.rand(shape, generator=self.gen, device=self.device)
+
+    def fill(self, *shape):
+        return torch.randint(0, L, shape, generator=self.gen, device=self.device, dtype=torch.int32)
+
+
+def structured_checkpoint(d: Draw, B: int) -> dict:
+    """codes ``round(40 N)`` clamped, ``s_k ~ U(0.05, 0.25)``, ``s_v ~ U(0.1, 0.6)`` with row
+    ``HOT_ROW`` x30, ``u, q ~ 0.5 N`` fp16, for ``[B, H]`` programs (drawn in that order after s_v)."""
+    s_v = d.uniform(0.1, 0.6, B, H, V)
+    s_v[..., HOT_ROW] *= 30
+    return {
+        "codes": (d.normal(B, H, V, K) * 40).round().clamp(-QMAX, QMAX).to(torch.int8),
+        "s_k": d.uniform(0.05, 0.25, B, H, K),
+        "s_v": s_v,
+        "u": (d.normal(B, H, R, K) * 0.5).half(),
+        "q": (d.normal(B, H, R, V) * 0.5).half(),
+    }
