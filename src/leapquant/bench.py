@@ -18,7 +18,6 @@ fill count 1, 8 slot sets in rotation; its floor is 34.9 KB a program over the s
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import sys
@@ -32,8 +31,8 @@ from .kda import L, Pool, flush_inplace, reference, step, step_inplace
 from .kda.format import MIXED_WIDTH
 from .kda.geometry import FLOOR_BYTES_PER_PROGRAM, STEP_FLOOR_BYTES_PER_PROGRAM, H, K, V
 from .kda.kernel import FORCE_VARIABLE, KERNELS
-from .eval.report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, fmt, human_output, parse_sizes,
-                     pick_device, table, write_json)
+from .eval.report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, fmt, parse_sizes,
+                     pick_device, run_report, table)
 
 KERNEL_NAME = "_flush_kernel"
 WARMUP, TIMED, SETS = 4, 16, 8
@@ -215,11 +214,7 @@ def main(argv=None) -> int:
     if args.kernel:
         os.environ[FORCE_VARIABLE] = args.kernel
     device = pick_device(args.device, ap)
-    with contextlib.redirect_stdout(human_output(args.json)):
-        status, payload = _report(args, device)
-    if args.json:
-        write_json(args.json, payload)
-    return status
+    return run_report(_report, args, device)
 
 
 def _report(args, device) -> tuple[int, dict]:

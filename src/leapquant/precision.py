@@ -16,7 +16,6 @@ conless-leapquant-kda-flush.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import sys
 
@@ -25,8 +24,8 @@ import torch
 from .eval import flush_inputs as inputs
 from .eval.flush_criterion import CAP, FORMS, RATIO_BOUND
 from .kda.geometry import H
-from .eval.report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, human_output, fmt, identical_fraction, markdown_table,
-                     parse_sizes, pick_device, relative_error, table, write_json)
+from .eval.report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, fmt, identical_fraction, markdown_table,
+                     parse_sizes, pick_device, relative_error, run_report, table)
 
 DEFAULT_SIZES = "16,32,64,128,256,512"
 CPU_SIZES = "2"
@@ -179,11 +178,7 @@ def main(argv=None) -> int:
     check_output(ap, "--markdown", args.markdown, stdout_ok=False)
     check_output(ap, "--histogram", args.histogram, stdout_ok=False)
     device = pick_device(args.device, ap)
-    with contextlib.redirect_stdout(human_output(args.json)):
-        status, payload = _report(args, device)
-    if args.json:
-        write_json(args.json, payload)
-    return status
+    return run_report(_report, args, device)
 
 
 def _report(args, device) -> tuple[int, dict]:

@@ -5,6 +5,7 @@ conless-leapquant-kda-flush."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -102,6 +103,16 @@ def human_output(json_path: str | None):
     """Where a report prints its progress and tables: standard error when the JSON goes to
     standard output (``--json -``), so that stdout holds the JSON alone; else standard output."""
     return sys.stderr if json_path == STDOUT else sys.stdout
+
+
+def run_report(report, args, device) -> int:
+    """Run ``report(args, device) -> (status, payload)`` with its printing on ``human_output``,
+    then write ``payload`` to ``args.json`` (when given); returns the status."""
+    with contextlib.redirect_stdout(human_output(args.json)):
+        status, payload = report(args, device)
+    if args.json:
+        write_json(args.json, payload)
+    return status
 
 
 def write_json(path: str, payload: dict) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .draw import HOT_ROW, Draw, structured_checkpoint
+from .draw import Draw, structured_checkpoint
 from ..kda.geometry import H, K, L, QMAX, R, V
 
 STEP_ARGS = ("codes", "s_k", "s_v", "u", "q", "kbuf", "ubuf", "gbuf", "w", "pcum", "h",

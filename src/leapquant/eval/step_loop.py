@@ -25,7 +25,7 @@ import json
 
 import torch
 
-from ..kda.geometry import H, K, L, R, V
+from ..kda.geometry import H, L, R, V
 from ..kda.pool import Pool
 from ..kda.step.naive import gate, normalize_qk
 from . import step_inputs
