@@ -1,3 +1,8 @@
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -26,3 +31,16 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     dt = ints[a.element_size()]
     return a.shape == b.shape and torch.equal(a.contiguous().view(dt), b.contiguous().view(dt))
+
+
+def interpreted_verdicts(script: str, timeout: int) -> dict:
+    """Run ``tests/<script>`` under ``TRITON_INTERPRET=1`` in a subprocess (the interpreter is
+    picked when a kernel module is imported) with this checkout's ``src`` first on the path;
+    returns the JSON object its last output line holds."""
+    here = os.path.dirname(__file__)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(here, "..", "src"), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, os.path.join(here, script)], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,25 +1,16 @@
 """The Triton kernel's logic on the CPU, under Triton's interpreter (a subprocess: the interpreter
 is picked when the kernel module is imported)."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 triton = pytest.importorskip("triton")
-HERE = os.path.dirname(__file__)
+
+from conftest import interpreted_verdicts  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def verdicts():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(HERE, "..", "src"), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "interpreted_flush.py")], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return interpreted_verdicts("interpreted_flush.py", timeout=900)
 
 
 @pytest.mark.interpreter

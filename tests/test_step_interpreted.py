@@ -1,26 +1,18 @@
 """The Triton decode step kernel's logic on the CPU, under Triton's interpreter (a subprocess: the
 interpreter is picked when the kernel module is imported)."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 triton = pytest.importorskip("triton")
-HERE = os.path.dirname(__file__)
+
+from conftest import interpreted_verdicts  # noqa: E402
+
 FAMILIES = ("structured", "next_step", "random")
 
 
 @pytest.fixture(scope="module")
 def verdicts():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(HERE, "..", "src"), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "interpreted_step.py")], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return interpreted_verdicts("interpreted_step.py", timeout=600)
 
 
 @pytest.mark.interpreter

@@ -1,6 +1,6 @@
 """Seeded draws shared by the input families of the flush and the step (``flush_inputs``,
 ``step_inputs``): a generator on a device, and the structured checkpoint both requests define
-(full-range codes, a hot value row, Compensator Tokens).
+(full-range codes, a hot value row, Compensator Tokens) and the random family's state.
 
 Sources: NVlabs/kda requests conless-leapquant-kda-flush and conless-leapquant-kda-step.
 """
@@ -42,4 +42,19 @@ def structured_checkpoint(d: Draw, B: int) -> dict:
         "s_v": s_v,
         "u": (d.normal(B, H, R, K) * 0.5).half(),
         "q": (d.normal(B, H, R, V) * 0.5).half(),
+    }
+
+
+def random_state(d: Draw, B: int) -> dict:
+    """The random family's checkpoint and window values, as both requests define them: codes
+    uniform in [-127, 127], ``s_k = 0.05 exp(0.7 N)``, ``s_v = 0.3 exp(0.7 N)``, ``u, q`` N(0, 1)
+    fp16, ``kbuf, ubuf`` N(0, 1) bf16, for ``[B, H]`` programs (drawn in that order)."""
+    return {
+        "codes": torch.randint(-QMAX, QMAX + 1, (B, H, V, K), generator=d.gen, device=d.device).to(torch.int8),
+        "s_k": 0.05 * torch.exp(0.7 * d.normal(B, H, K)),
+        "s_v": 0.3 * torch.exp(0.7 * d.normal(B, H, V)),
+        "u": d.normal(B, H, R, K).half(),
+        "q": d.normal(B, H, R, V).half(),
+        "kbuf": d.normal(B, H, L, K).bfloat16(),
+        "ubuf": d.normal(B, H, L, V).bfloat16(),
     }

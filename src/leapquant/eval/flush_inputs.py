@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .draw import HOT_ROW, Draw, structured_checkpoint  # noqa: F401 (HOT_ROW: the family's hot row, read by tests)
+from .draw import HOT_ROW, Draw, random_state, structured_checkpoint  # noqa: F401 (HOT_ROW: the family's hot row, read by tests)
 from ..kda.format import CHECKPOINT_FIELDS, WINDOW_FIELDS
 from ..kda.geometry import H, K, L, QMAX, R, V
 
@@ -89,13 +89,7 @@ def random(B: int, device="cpu", seed: int = 0) -> dict:
     """Uniform codes, log-normal scales, N(0,1) tokens and window, gates down to 0.001."""
     d = Draw(device, seed)
     return {
-        "codes": torch.randint(-QMAX, QMAX + 1, (B, H, V, K), generator=d.gen, device=d.device).to(torch.int8),
-        "s_k": 0.05 * torch.exp(0.7 * d.normal(B, H, K)),
-        "s_v": 0.3 * torch.exp(0.7 * d.normal(B, H, V)),
-        "u": d.normal(B, H, R, K).half(),
-        "q": d.normal(B, H, R, V).half(),
-        "kbuf": d.normal(B, H, L, K).bfloat16(),
-        "ubuf": d.normal(B, H, L, V).bfloat16(),
+        **random_state(d, B),
         "gbuf": d.uniform(0.001, 1.0, B, H, L, K).half(),
         "w": d.uniform(0.0, 1.0, B, H, L),
         "pcum": -d.uniform(0.0, 20.0, B, H, K),

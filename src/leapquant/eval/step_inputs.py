@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from .draw import Draw, structured_checkpoint
-from ..kda.geometry import H, K, L, QMAX, R, V
+from .draw import Draw, random_state, structured_checkpoint
+from ..kda.geometry import H, K, L, V
 
 STEP_ARGS = ("codes", "s_k", "s_v", "u", "q", "kbuf", "ubuf", "gbuf", "w", "pcum", "h",
              "qx", "kx", "vx", "a", "b", "A_log", "dt_bias")  # step()'s argument order
@@ -96,13 +96,7 @@ def random(B: int, device="cpu", seed: int = 0) -> dict:
     U(0.001, 1) on live entries, ``pcum = -U(0, 20)``, ``h`` uniform in [0, L)."""
     d = Draw(device, seed)
     x = {
-        "codes": torch.randint(-QMAX, QMAX + 1, (B, H, V, K), generator=d.gen, device=d.device).to(torch.int8),
-        "s_k": 0.05 * torch.exp(0.7 * d.normal(B, H, K)),
-        "s_v": 0.3 * torch.exp(0.7 * d.normal(B, H, V)),
-        "u": d.normal(B, H, R, K).half(),
-        "q": d.normal(B, H, R, V).half(),
-        "kbuf": d.normal(B, H, L, K).bfloat16(),
-        "ubuf": d.normal(B, H, L, V).bfloat16(),
+        **random_state(d, B),
     }
     h = d.fill(B, H)
     x["gbuf"], x["w"] = _window_gates(d, h, 0.001)
