@@ -19,7 +19,7 @@ if ls .whl/*.whl > /dev/null 2>&1; then
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 { date -u; nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"; } > "$OUT/env.txt" 2>&1
-timeout 480 python3 -m pytest -q -m gpu tests/ > "$OUT/pytest_gpu.log" 2>&1
+timeout ${TEST_S:-220} python3 -m pytest -q -m gpu --durations=8 tests/test_step_gpu.py tests/ > "$OUT/pytest_gpu.log" 2>&1
 echo "gpu tests: $(tail -n 1 "$OUT/pytest_gpu.log")"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest_gpu.log" | head -20
 for opt in "$@"; do
@@ -46,14 +46,14 @@ for opt in "$@"; do
                  echo "precision report: exit $?" ;;
   esac
 done
-python3 -m leapquant.bench --kernel triton --json "$OUT/bench_triton.json" > "$OUT/bench_triton.log" 2>&1
+timeout ${BENCH_S:-120} python3 -m leapquant.bench --kernel triton --json "$OUT/bench_triton.json" > "$OUT/bench_triton.log" 2>&1
 echo "portable kernel:"; grep -B1 -A8 "x floor" "$OUT/bench_triton.log"; grep -A4 "steady state" "$OUT/bench_triton.log"
 grep -A8 "stress families" "$OUT/bench_triton.log"
 # the decode layer against fla's fp32 state: 256 tokens (16 windows) after a 64-token prefill
-python3 -m leapquant.eval.step_loop --tokens 256 --sequences 8 --json "$OUT/decode_loop.json" > "$OUT/decode_loop.log" 2>&1
+timeout 60 python3 -m leapquant.eval.step_loop --tokens 256 --sequences 8 --json "$OUT/decode_loop.json" > "$OUT/decode_loop.log" 2>&1
 echo "decode loop vs fla (exit $?):"; tail -n 17 "$OUT/decode_loop.log"
 echo "default kernel:"
-python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 34
+timeout ${BENCH_S:-150} python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 34
 # one text log (the device machine returns a handful of files)
 for f in env.txt pytest_gpu.log kernels_hub.log sweep.log ncu_run.log ncu.txt bytes_only.log precision.log decode_loop.log bench_triton.log bench.log; do
   if [ -f "$OUT/$f" ]; then echo "===== $f"; cat "$OUT/$f"; rm "$OUT/$f"; fi
