@@ -18,6 +18,7 @@ from triton.compiler import ASTSource
 
 from leapquant.kda.flush import triton_kernel as flush
 from leapquant.kda.geometry import HEAD_WORDS, SLOT_WORDS, H, K, R, V
+from leapquant.kda.launch import step_constants
 
 POINTERS = {
     "codes_in": "*i8", "sk_in": "*fp32", "sv_in": "*fp32", "u_in": "*fp16", "q_in": "*fp16",
@@ -65,9 +66,12 @@ def compile_step(in_place: bool):
     fn = st._step_kernel
     params = [p.name for p in fn.params]
     strides = POOL_STRIDES if in_place else DENSE_STRIDES
-    consts = {**strides, "IN_PLACE": in_place, **st._CONSTANTS}
+    consts = {**strides, "IN_PLACE": in_place, **step_constants()}
     sig = {name: STEP_POINTERS.get(name, "constexpr") for name in params}
-    src = ASTSource(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params})
+    # the pointers the runtime specialises on are 16-byte aligned (the pool's views and dense tensors)
+    unspecialised = set(fn.do_not_specialize) | {"qk_row", "v_row"}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params) if n in STEP_POINTERS and n not in unspecialised}
+    src = ASTSource(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": st.NUM_WARPS, "num_stages": 1})
 
 

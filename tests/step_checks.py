@@ -66,12 +66,12 @@ def all_bf16(limit: float = 80.0) -> torch.Tensor:
 
 
 def kernel_beta_disagreements(device) -> int:
-    """Bf16 inputs whose beta from the kernel's ``_beta_bf16`` differs from ``sigmoid(b)`` correctly
+    """Bf16 inputs whose beta from the kernels' ``beta_bf16`` differs from ``sigmoid(b)`` correctly
     rounded to bf16 (``naive.beta_bf16``), over every bf16 b with |b| < 80."""
     from step_beta_kernel import betas_kernel
 
     from leapquant.kda.step.naive import beta_bf16
-    from leapquant.kda.step.triton_kernel import BETA_SERIES_BELOW
+    from leapquant.kda.step.elementwise import BETA_SERIES_BELOW
 
     b = all_bf16()
     n = 1 << 16

@@ -37,7 +37,7 @@ def test_pool_form(family):
 
 
 def test_beta_is_correctly_rounded_for_every_bf16_input():
-    # on the GPU, sigmoid's exp is a fast approximation: the margins of _beta_bf16 must cover it
+    # on the GPU, sigmoid's exp is a fast approximation: the margins of beta_bf16 must cover it
     assert step_checks.kernel_beta_disagreements("cuda") == 0
 
 

@@ -49,3 +49,34 @@ def checkpoint_strides(codes, s_k, s_v, u, q) -> dict:
         U_SLOT=u.stride(0), U_HEAD=u.stride(1), U_ROW=u.stride(2),
         Q_SLOT=q.stride(0), Q_HEAD=q.stride(1), Q_ROW=q.stride(2),
     )
+
+
+def step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None) -> dict:
+    """Every argument of the decode-step kernels by name (the portable and the Gluon kernel take
+    the same ones), constants included; arguments and semantics as ``step.triton_kernel.launch_step``.
+    In pool form (``idx`` given) the unused output pointers are ``o``; in functional form the
+    unused ``idx`` is ``fill``."""
+    from .format import CHECKPOINT_FIELDS
+
+    qx, kx, vx, a, b = token
+    kbuf, ubuf, gbuf, w, pcum = window
+    in_place = idx is not None
+    k_row, u_row, g_row, w_new, pcum_new = (o,) * 5 if in_place else new
+    return dict(
+        **dict(zip(CHECKPOINT_FIELDS, ckpt)), kbuf=kbuf, ubuf=ubuf, gbuf=gbuf, w=w, pcum=pcum, fill=fill,
+        qx=qx, kx=kx, vx=vx, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
+        o=o, k_row=k_row, u_row=u_row, g_row=g_row, w_new=w_new, pcum_new=pcum_new,
+        idx=idx if in_place else fill, qk_row=qx.stride(0), v_row=vx.stride(0),
+        **checkpoint_strides(*ckpt), IN_PLACE=in_place, **step_constants(),
+    )
+
+
+def step_constants() -> dict:
+    """The decode-step kernels' geometry and numeric constants, by their constexpr names."""
+    from .geometry import K, L, QMAX, R, V
+    from .step.elementwise import BETA_SERIES_BELOW
+    from .step.naive import QK_NORM_EPS, QK_SCALE, SOFTPLUS_THRESHOLD
+
+    return dict(NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), NORM_EPS=QK_NORM_EPS, SCALE=QK_SCALE,
+                SP_THRESHOLD=SOFTPLUS_THRESHOLD, BETA_SMALL=BETA_SERIES_BELOW, MAGIC=ROUND_MAGIC,
+                MAGIC_BITS=ROUND_MAGIC_BITS)
