@@ -59,9 +59,16 @@ POOL_STRIDES = dict(C_SLOT=SLOT_WORDS * 4, C_HEAD=HEAD_WORDS * 4, SK_SLOT=SLOT_W
                     U_ROW=K + V, Q_SLOT=SLOT_WORDS * 2, Q_HEAD=HEAD_WORDS * 2, Q_ROW=K + V)
 
 
-def compile_step(in_place: bool):
-    """The portable decode-step kernel compiled for sm_90a (pool strides in pool form)."""
-    from leapquant.kda.step import triton_kernel as st
+def compile_step(in_place: bool, gluon: bool = False):
+    """A decode-step kernel (the portable one, or the Gluon one) compiled for sm_90a (pool strides
+    in pool form)."""
+    if gluon:
+        from triton.experimental.gluon._runtime import GluonASTSource as Source
+
+        from leapquant.kda.step import gluon_kernel as st
+    else:
+        Source = ASTSource
+        from leapquant.kda.step import triton_kernel as st
 
     fn = st._step_kernel
     params = [p.name for p in fn.params]
@@ -71,8 +78,9 @@ def compile_step(in_place: bool):
     # the pointers the runtime specialises on are 16-byte aligned (the pool's views and dense tensors)
     unspecialised = set(fn.do_not_specialize) | {"qk_row", "v_row"}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params) if n in STEP_POINTERS and n not in unspecialised}
-    src = ASTSource(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params}, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": st.NUM_WARPS, "num_stages": 1})
+    src = Source(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params}, attrs=attrs)
+    options = {"num_warps": st.NUM_WARPS} if gluon else {"num_warps": st.NUM_WARPS, "num_stages": 1}
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def require_verified_gluon() -> None:
@@ -143,12 +151,12 @@ def main():
     ap.add_argument("--in-place", action="store_true")
     ap.add_argument("--dump", default=None)
     ap.add_argument("--gluon", action="store_true", help="the Gluon kernel instead of the portable one")
-    ap.add_argument("--step", action="store_true", help="the portable decode-step kernel instead of a flush kernel")
+    ap.add_argument("--step", action="store_true", help="a decode-step kernel instead of a flush kernel (with --gluon: the Gluon one)")
     args = ap.parse_args()
     if args.gluon:
         require_verified_gluon()
     if args.step:
-        k = compile_step(args.in_place)
+        k = compile_step(args.in_place, args.gluon)
     else:
         k = compile_gluon(args.in_place) if args.gluon else compile_kernel(args.num_warps, args.in_place)
     print(f"num_warps={k.metadata.num_warps} shared={k.metadata.shared} bytes")

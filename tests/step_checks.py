@@ -43,20 +43,23 @@ def functional(family: str, B: int, device, run, seed: int = 11) -> dict:
             "inputs_unchanged": all(same_bits(x[n], copies[n]) for n in x)}
 
 
-def kernel_functional(x: dict, outs) -> None:
-    from leapquant.kda.step.triton_kernel import launch_step
+def kernel_functional(x: dict, outs, kernel: str = "triton") -> None:
+    """The step of ``x`` by the kernel named ``kernel`` (``"triton"`` or ``"gluon"``), functional form."""
+    from leapquant.kda.kernel import launch_step
 
     o, *new = outs
     launch_step(tuple(x[n] for n in CKPT), tuple(x[n] for n in WIN), x["h"],
-                tuple(x[n] for n in step_inputs.TOKEN_ARGS), x["A_log"], x["dt_bias"], o, new=tuple(new))
+                tuple(x[n] for n in step_inputs.TOKEN_ARGS), x["A_log"], x["dt_bias"], o, new=tuple(new),
+                kernel=kernel)
 
 
 def kernel_inplace(pool, idx, mixed, a, b, A_log, dt_bias, o) -> None:
-    from leapquant.kda.step.triton_kernel import launch_step
+    """The step by the portable kernel in pool form."""
+    from leapquant.kda.kernel import launch_step
 
     hk = H * K
     launch_step(pool.checkpoint, pool.window, pool.hcnt, (mixed[:, :hk], mixed[:, hk : 2 * hk], mixed[:, 2 * hk :], a, b),
-                A_log, dt_bias, o, idx=idx)
+                A_log, dt_bias, o, idx=idx, kernel="triton")
 
 
 def all_bf16(limit: float = 80.0) -> torch.Tensor:
@@ -71,7 +74,7 @@ def kernel_beta_disagreements(device) -> int:
     from step_beta_kernel import betas_kernel
 
     from leapquant.kda.step.naive import beta_bf16
-    from leapquant.kda.step.elementwise import BETA_SERIES_BELOW
+    from leapquant.kda.step.tl_common import BETA_SERIES_BELOW
 
     b = all_bf16()
     n = 1 << 16

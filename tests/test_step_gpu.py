@@ -13,11 +13,36 @@ from leapquant.kda.pool import Pool
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 
+def _kernels():
+    from leapquant.kda import kernel
+
+    return [k for k in kernel.OPERATIONS["step"] if k == "triton" or kernel._gluon_runs_on(torch.device("cuda"), "step")]
+
+
+@pytest.mark.parametrize("kernel", ["gluon", "triton"])
 @pytest.mark.parametrize("family", step_inputs.FAMILIES)
 @pytest.mark.parametrize("B", [1, 64])
-def test_kernel_meets_criterion(family, B):
-    v = step_checks.functional(family, B, "cuda", step_checks.kernel_functional)
+def test_kernel_meets_criterion(family, B, kernel):
+    if kernel not in _kernels():
+        pytest.skip(f"the {kernel} step kernel does not run here")
+    v = step_checks.functional(family, B, "cuda", lambda x, outs: step_checks.kernel_functional(x, outs, kernel))
     assert v["ok"] and v["worst"] <= 1.0 and v["inputs_unchanged"], v
+
+
+@pytest.mark.parametrize("family", ["random", "next_step"])
+def test_kernels_agree(family):
+    # the Gluon and the portable kernel: the same formulation, so the same outputs up to the order
+    # of fp32 sums (a bf16 output may round the other way at a midpoint)
+    if "gluon" not in _kernels():
+        pytest.skip("the Gluon step kernel does not run here")
+    x = step_inputs.make(family, 64, "cuda", 3)
+    outs = {k: step_checks.poisoned_outputs(x) for k in ("gluon", "triton")}
+    for k, o in outs.items():
+        step_checks.kernel_functional(x, o, k)
+    for g, t in zip(outs["gluon"], outs["triton"]):
+        assert torch.isfinite(g.float()).all()
+        close = torch.isclose(g.float(), t.float(), rtol=2.0**-7, atol=1e-6)
+        assert close.float().mean() == 1.0
 
 
 @pytest.mark.parametrize("family", ["random", "structured"])
@@ -28,10 +53,14 @@ def test_engine_step_on_cuda(family):
     assert v["ok"] and v["inputs_unchanged"], v
 
 
+@pytest.mark.parametrize("kernel", ["gluon", "triton"])
 @pytest.mark.parametrize("family", ["random", "structured"])
-def test_pool_form(family):
+def test_pool_form(family, kernel, monkeypatch):
     from leapquant.kda import step_inplace
 
+    if kernel not in _kernels():
+        pytest.skip(f"the {kernel} step kernel does not run here")
+    monkeypatch.setenv("LEAPQUANT_KERNEL", kernel)  # the pools built below run it
     v = step_checks.pool_form("cuda", step_inplace, family=family)
     assert v["ok"] and v["zero_rows"] and v["advanced"] and v["flushed_read_as_empty"] and v["untouched"], v
 
@@ -41,17 +70,17 @@ def test_beta_is_correctly_rounded_for_every_bf16_input():
     assert step_checks.kernel_beta_disagreements("cuda") == 0
 
 
-def _cache_size():
-    from leapquant.kda.step.triton_kernel import _step_kernel
+def _cache_size(name):
+    from leapquant.kda import kernel
 
-    return sum(len(c[0]) for c in _step_kernel.device_caches.values())
+    return sum(len(c[0]) for c in kernel.module(name, "step")._step_kernel.device_caches.values())
 
 
 def test_no_compilation_after_warm_up_and_graph_capture():
     from leapquant.kda import step_inplace
 
     pool, idx, mixed, a, b, A_log, dt_bias = step_checks.stepped_pool("cuda")
-    compiled = _cache_size()  # the Pool compiled the step when it was built
+    compiled = _cache_size(pool.step_kernel)  # the Pool compiled the step when it was built
     # a sliced mixed row (other row stride, other alignment) must not compile a new variant
     wide = torch.zeros(idx.numel(), mixed.shape[1] + 8, dtype=mixed.dtype, device="cuda")
     wide[:, 8:] = mixed
@@ -62,7 +91,7 @@ def test_no_compilation_after_warm_up_and_graph_capture():
     o_eager = torch.empty(idx.numel(), H, V, dtype=torch.bfloat16, device="cuda")
     step_inplace(eager, idx, mixed_view, a, b, A_log, dt_bias, o_eager)
     torch.cuda.synchronize()
-    assert _cache_size() == compiled
+    assert _cache_size(pool.step_kernel) == compiled
     # the same step captured in a graph and replayed: the same bits
     o = torch.empty_like(o_eager)
     graph = torch.cuda.CUDAGraph()
@@ -75,7 +104,7 @@ def test_no_compilation_after_warm_up_and_graph_capture():
     assert step_checks.same_bits(o, o_eager)
     for name in step_checks.POOL_TENSORS:
         assert step_checks.same_bits(getattr(pool, name), getattr(eager, name)), name
-    assert _cache_size() == compiled
+    assert _cache_size(pool.step_kernel) == compiled
 
 
 def test_decode_loop_on_cuda_tracks_fla():

@@ -3,15 +3,13 @@
 Two operations on one pool: ``flush`` (the window-boundary re-quantization) and ``step`` (the
 per-token decode step). Kernels:
 
-- ``gluon``: the Hopper flush (``flush/gluon_kernel.py``), which runs only on sm_90 devices under a
-  triton release it was verified with; the flush's default there (``GLUON_BY_DEFAULT``). The step
-  has no Gluon kernel yet.
+- ``gluon``: the Hopper kernels (``flush/gluon_kernel.py``, ``step/gluon_kernel.py``), which run
+  only on sm_90 devices under a triton release they were verified with; the default there
+  (``GLUON_BY_DEFAULT``).
 - ``triton``: the portable kernels (``flush/triton_kernel.py``, ``step/triton_kernel.py``),
-  everywhere else (other GPUs, other triton releases, Triton's CPU interpreter) and for the step
-  on every GPU.
+  everywhere else (other GPUs, other triton releases, Triton's CPU interpreter).
 
-``LEAPQUANT_KERNEL=triton`` or ``=gluon`` forces one; an operation without the forced kernel (the
-step under ``gluon``) runs its portable kernel.
+``LEAPQUANT_KERNEL=triton`` or ``=gluon`` forces one for both operations.
 Source: LeapQuant (arXiv 2609.38166); NVlabs/kda requests conless-leapquant-kda-flush and
 conless-leapquant-kda-step.
 """
@@ -26,7 +24,7 @@ import torch
 import triton
 
 KERNELS = ("gluon", "triton")
-OPERATIONS = {"flush": ("gluon", "triton"), "step": ("triton",)}  # the kernels each operation has
+OPERATIONS = {"flush": ("gluon", "triton"), "step": ("gluon", "triton")}  # the kernels each operation has
 FORCE_VARIABLE = "LEAPQUANT_KERNEL"
 # On the H200 only the Gluon kernel passed every input family in both forms at every batch size
 # (the portable kernel before flush v3 failed small_state at B >= 256; v3, on the checkpoint's
@@ -35,21 +33,20 @@ FORCE_VARIABLE = "LEAPQUANT_KERNEL"
 GLUON_BY_DEFAULT = True
 
 
-def _gluon_module():
+def _gluon_module(op: str = "flush"):
     try:
-        from .flush import gluon_kernel
+        return importlib.import_module(f".{op}.gluon_kernel", __package__)
     except Exception:  # a triton without Gluon, or whose Gluon API the module does not fit
         return None
-    return gluon_kernel
 
 
 @functools.lru_cache(maxsize=None)
-def _gluon_runs_on(device: torch.device) -> bool:
+def _gluon_runs_on(device: torch.device, op: str = "flush") -> bool:
     if device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1":
         return False
     if torch.cuda.get_device_capability(device) != (9, 0):
         return False
-    gluon = _gluon_module()
+    gluon = _gluon_module(op)
     return gluon is not None and triton.__version__ in gluon.VERIFIED_TRITON
 
 
@@ -68,21 +65,21 @@ def choose(device, op: str = "flush") -> str:
     forced = os.environ.get(FORCE_VARIABLE, "")
     if forced and forced not in KERNELS:
         raise ValueError(f"{FORCE_VARIABLE}={forced!r}: expected one of {KERNELS}")
-    if forced == "gluon" and not _gluon_runs_on(device):
-        gluon = _gluon_module()
+    if forced == "gluon" and not _gluon_runs_on(device, op):
+        gluon = _gluon_module(op)
         verified = gluon.VERIFIED_TRITON if gluon is not None else ()
         raise ValueError(f"{FORCE_VARIABLE}=gluon, but the Gluon kernel needs an sm_90 device and triton "
                          f"{verified} (have {device}, triton {triton.__version__})")
     has = OPERATIONS[op]
     if forced in has:
         return forced
-    return "gluon" if "gluon" in has and GLUON_BY_DEFAULT and _gluon_runs_on(device) else "triton"
+    return "gluon" if "gluon" in has and GLUON_BY_DEFAULT and _gluon_runs_on(device, op) else "triton"
 
 
 def module(name: str, op: str = "flush"):
-    """The module of kernel ``name`` for ``op``: ``flush.gluon_kernel``, ``flush.triton_kernel``
-    (``launch_flush``, ``_flush_kernel``) or ``step.triton_kernel`` (``launch_step``,
-    ``_step_kernel``). Raises ValueError for a kernel ``op`` does not have."""
+    """The module of kernel ``name`` for ``op``: ``flush.gluon_kernel`` or ``flush.triton_kernel``
+    (``launch_flush``, ``_flush_kernel``), ``step.gluon_kernel`` or ``step.triton_kernel``
+    (``launch_step``, ``_step_kernel``). Raises ValueError for a kernel ``op`` does not have."""
     if name not in OPERATIONS.get(op, ()):
         raise ValueError(f"operation {op!r} has no {name!r} kernel (has {OPERATIONS.get(op)})")
     return importlib.import_module(f".{op}.{name}_kernel", __package__)

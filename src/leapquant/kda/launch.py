@@ -74,7 +74,7 @@ def step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=N
 def step_constants() -> dict:
     """The decode-step kernels' geometry and numeric constants, by their constexpr names."""
     from .geometry import K, L, QMAX, R, V
-    from .step.elementwise import BETA_SERIES_BELOW
+    from .step.tl_common import BETA_SERIES_BELOW
     from .step.naive import QK_NORM_EPS, QK_SCALE, SOFTPLUS_THRESHOLD
 
     return dict(NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), NORM_EPS=QK_NORM_EPS, SCALE=QK_SCALE,

@@ -27,7 +27,7 @@ Bytes per program (the floor): checkpoint 19,456 (codes 16,384, s_k 512, s_v 512
 each, b 2, fill count 4) + writes 1,544 (o, k_row, u_row, g_row 256 each, pcum 512, one w word
 and the fill count, 4 each) = 34,894 B = 34.1 KiB. ``A_log`` and ``dt_bias`` (516 B per head)
 are shared by all sequences and come from L2. Rounding and the element-wise helpers both step
-kernels share: ``elementwise.py``.
+kernels share: ``tl_common.py``.
 
 Two forms, one kernel: functional (program ``(b, head)`` reads ``h`` from an int32 ``[B, H]``
 tensor and writes six fresh outputs) and pool (``IN_PLACE``: program ``(i, head)`` serves slot
@@ -47,39 +47,9 @@ import triton.language as tl
 
 from ..geometry import H
 from ..launch import step_arguments
-from .elementwise import beta_bf16, codes_fp32, round_bf16, softplus
+from .tl_common import codes_fp32, entry_decay, round_bf16, token_side
 
 NUM_WARPS = 4
-
-
-@triton.jit
-def token_side(qx, kx, a, b, A_log, dt_bias, pcum, tok, qk_row, head, prog, k,
-               NH: tl.constexpr, NK: tl.constexpr, NORM_EPS: tl.constexpr, SCALE: tl.constexpr,
-               SP_THRESHOLD: tl.constexpr, BETA_SMALL: tl.constexpr):
-    # this token's kn, qn, kn . qn, gate g and en = exp(g), beta, pcum_new and pc = exp(pcum_new)
-    # (naive.normalize_qk and naive.gate)
-    kt = tl.load(kx + tok * qk_row + head * NK + k).to(tl.float32)
-    qt = tl.load(qx + tok * qk_row + head * NK + k).to(tl.float32)
-    xg = tl.load(a + (tok * NH + head) * NK + k).to(tl.float32) + tl.load(dt_bias + head * NK + k)
-    b_t = tl.load(b + tok * NH + head).to(tl.float32)
-    pcum_n = tl.load(pcum + prog * NK + k)
-    kn = kt * tl.math.rsqrt(tl.sum(kt * kt, axis=0) + NORM_EPS)
-    qn = qt * (tl.math.rsqrt(tl.sum(qt * qt, axis=0) + NORM_EPS) * SCALE)
-    kq = tl.sum(kn * qn, axis=0)
-    g = -tl.exp(tl.load(A_log + head)) * softplus(xg, SP_THRESHOLD)
-    en = tl.exp(g)
-    beta = beta_bf16(b_t, BETA_SMALL)
-    pcum_n = pcum_n + g
-    return kn, qn, kq, g, en, beta, pcum_n, tl.exp(pcum_n)
-
-
-@triton.jit
-def entry_decay(g_after, en, h, j):
-    # D_j = en * prod_{j < i < h} gbuf_i for live entries j < h, 0 beyond (naive.entry_decay);
-    # g_after [L, K] holds gbuf row j + 1 in row j (1 past the window)
-    g_live = tl.where((j[:, None] + 1) < h, g_after.to(tl.float32), 1.0)
-    decay = tl.cumprod(g_live, axis=0, reverse=True) * en[None, :]
-    return tl.where((j < h)[:, None], decay, 0.0)
 
 
 # the caller's pointers and row strides are not specialised on (alignment, value 1): a pool's
@@ -144,7 +114,7 @@ def _step_kernel(
     # for x = kn and qn, fp32 on the CUDA cores (naive.step_products)
     live = j < h
     wl = tl.where(live, w_all, 0.0)
-    kd = tl.where(live[:, None], keys.to(tl.float32), 0.0) * entry_decay(g_after, en, h, j) * wl[:, None]
+    kd = tl.where(live[:, None], keys.to(tl.float32), 0.0) * entry_decay(g_after, en, h, j, False) * wl[:, None]
     pk = tl.sum(kd * kn[None, :], axis=1)
     pq = tl.sum(kd * qn[None, :], axis=1)
     up = uu.to(tl.float32) * pc[None, :]

@@ -1,6 +1,7 @@
-"""Element-wise device helpers of the decode step that both step kernels (the portable Triton
-kernel and the Gluon kernel, which calls ``@triton.jit`` element-wise functions) use: neutral
-ground, so that neither kernel module imports the other's private helpers.
+"""Triton device helpers both decode-step kernels use (the portable kernel, and the Gluon kernel,
+which calls ``@triton.jit`` functions on its own layouts): neutral ground, so that neither kernel
+module imports the other's private helpers. ``token_side`` and ``entry_decay`` are phases of a
+program, named as in ``naive.py``; the rest are element-wise.
 
 Rounding: fp32 -> bf16 by round-to-nearest-even on the bits (``round_bf16``), because Triton's CPU
 interpreter truncates in ``.to(tl.bfloat16)``; the compiled kernels run the same code, so the
@@ -84,3 +85,38 @@ def codes_fp32(c, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr):
 def mul(a, b):
     # the combine function of a running product (entry decays)
     return a * b
+
+
+@triton.jit
+def token_side(qx, kx, a, b, A_log, dt_bias, pcum, tok, qk_row, head, prog, k,
+               NH: tl.constexpr, NK: tl.constexpr, NORM_EPS: tl.constexpr, SCALE: tl.constexpr,
+               SP_THRESHOLD: tl.constexpr, BETA_SMALL: tl.constexpr):
+    # this token's kn, qn, kn . qn, gate g and en = exp(g), beta, pcum_new and pc = exp(pcum_new)
+    # (naive.normalize_qk and naive.gate)
+    kt = tl.load(kx + tok * qk_row + head * NK + k).to(tl.float32)
+    qt = tl.load(qx + tok * qk_row + head * NK + k).to(tl.float32)
+    xg = tl.load(a + (tok * NH + head) * NK + k).to(tl.float32) + tl.load(dt_bias + head * NK + k)
+    b_t = tl.load(b + tok * NH + head).to(tl.float32)
+    pcum_n = tl.load(pcum + prog * NK + k)
+    kn = kt * tl.math.rsqrt(tl.sum(kt * kt, axis=0) + NORM_EPS)
+    qn = qt * (tl.math.rsqrt(tl.sum(qt * qt, axis=0) + NORM_EPS) * SCALE)
+    kq = tl.sum(kn * qn, axis=0)
+    g = -tl.exp(tl.load(A_log + head)) * softplus(xg, SP_THRESHOLD)
+    en = tl.exp(g)
+    beta = beta_bf16(b_t, BETA_SMALL)
+    pcum_n = pcum_n + g
+    return kn, qn, kq, g, en, beta, pcum_n, tl.exp(pcum_n)
+
+
+@triton.jit
+def entry_decay(g_after, en, h, j, REVERSED: tl.constexpr):
+    # D_j = en * prod_{j < i < h} gbuf_i for live entries j < h, 0 beyond (naive.entry_decay).
+    # j [L]: the entry each row holds; g_after [L, K]: gbuf of entry j + 1 in that row (1 past the
+    # window). REVERSED: the rows hold entries L - 1 .. 0, so the product runs forward along them
+    # (Triton 3.6 lowers a forward scan along in-thread rows without shuffles, a reverse one not)
+    g_live = tl.where((j[:, None] + 1) < h, g_after.to(tl.float32), 1.0)
+    if REVERSED:
+        decay = tl.cumprod(g_live, axis=0)
+    else:
+        decay = tl.cumprod(g_live, axis=0, reverse=True)
+    return tl.where((j < h)[:, None], decay * en[None, :], 0.0)

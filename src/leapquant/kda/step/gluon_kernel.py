@@ -1,0 +1,174 @@
+"""Gluon kernel of the per-token KDA decode step for Hopper (sm_90a): one program = one
+(sequence, head).
+
+The portable kernel's formulation and phases (``triton_kernel.py``: every load first, none behind
+the fill count; the factor products in fp32 on the CUDA cores), with the layouts chosen by hand so
+that the sums cost few shuffles and no shared-memory rounds:
+
+- the codes [V, K] int8: a thread holds 4 rows x 32 columns (two 16-byte pieces, each warp load a
+  64-byte run of 8 rows), so each sum over k is 32 terms in-thread and two shuffle rounds; the
+  int8 -> fp32 conversion takes four bytes at once (one xor, then a byte permute into the fp32
+  mantissa and a subtract per element: exact);
+- the window [L, N] (kbuf, gbuf, ubuf) and the tokens [R, N] (u, q): a thread owns a whole column,
+  so the entry decays' running product and the sums over j and r are in-thread;
+- the window's projections (sums over k of the decayed keys) go through one layout change to 16
+  columns a thread.
+
+Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
+only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
+conless-leapquant-kda-step.
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from ..geometry import H
+from ..launch import step_arguments
+from .tl_common import entry_decay, round_bf16, token_side
+
+VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API this module was compiled and run with
+NUM_WARPS = 4
+CODES = gl.constexpr(gl.BlockedLayout([4, 16], [8, 4], [4, 1], [1, 0]))  # [V, K] int8
+WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))  # [L, N]: a column a thread
+TOK = gl.constexpr(gl.BlockedLayout([4, 1], [1, 32], [1, 4], [0, 1]))  # [R, N]: a column a thread
+KEYS = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [L, K]: 16 columns a thread
+COL = gl.constexpr(gl.SliceLayout(0, WIN))  # [N] vectors: thread t holds element t
+# four int8 codes of a register -> four fp32: bias the bytes to unsigned (xor 0x80), place each in
+# the low mantissa byte of 2^23 (0x4B0000bb = 2^23 + c + 128), subtract 2^23 + 128
+CODES_ASM = gl.constexpr("""{
+.reg .b32 t;
+xor.b32 t, $4, 0x80808080;
+prmt.b32 $0, t, 0x4B000000, 0x7540; prmt.b32 $1, t, 0x4B000000, 0x7541;
+prmt.b32 $2, t, 0x4B000000, 0x7542; prmt.b32 $3, t, 0x4B000000, 0x7543;
+sub.f32 $0, $0, 0f4B000080; sub.f32 $1, $1, 0f4B000080;
+sub.f32 $2, $2, 0f4B000080; sub.f32 $3, $3, 0f4B000080;
+}""")
+
+
+@gluon.jit
+def _codes_fp32(c):
+    return gl.inline_asm_elementwise(CODES_ASM, "=r,=r,=r,=r,r", [c], dtype=gl.float32, is_pure=True, pack=4)
+
+
+# the caller's pointers and row strides are not specialised on (alignment, value 1): a pool's
+# warm-up compiles the one variant every later call of the pool form runs
+@gluon.jit(do_not_specialize=["idx", "qx", "kx", "vx", "a", "b", "A_log", "dt_bias", "o", "qk_row", "v_row"])
+def _step_kernel(
+    codes, s_k, s_v, u, q,  # checkpoint, read only
+    kbuf, ubuf, gbuf, w, pcum, fill,  # window and its fill count (pool form: appended in place)
+    qx, kx, vx, a, b, A_log, dt_bias,  # this token and the gate's parameters
+    o, k_row, u_row, g_row, w_new, pcum_new,  # outputs (pool form: only o; the rest go to the window)
+    idx,  # pool form: int32 [N] slot ids (<= 0: no sequence)
+    qk_row, v_row,  # element row strides of qx and kx (one) and of vx; a mixed row's stride for both
+    C_SLOT: gl.constexpr, C_HEAD: gl.constexpr,  # element strides of the checkpoint tensors
+    SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
+    SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
+    U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
+    Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
+    IN_PLACE: gl.constexpr,  # pool form
+    NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
+    QM: gl.constexpr, NORM_EPS: gl.constexpr, SCALE: gl.constexpr, SP_THRESHOLD: gl.constexpr,
+    BETA_SMALL: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
+):
+    gl.static_assert(NK == NV)  # one [N] layout serves both sides
+    c = gl.program_id(0)
+    row = c // NH  # batch row (functional) or entry of idx (pool)
+    head = c % NH
+    n = gl.arange(0, NK, layout=COL)
+    out_row = (row.to(gl.int64) * NH + head) * NV
+    if IN_PLACE:
+        slot = gl.load(idx + row).to(gl.int64)
+        if slot <= 0:  # no sequence: a zero output row, nothing else
+            gl.store(o + out_row + n, gl.zeros([NV], gl.bfloat16, COL))
+            return
+    else:
+        slot = row.to(gl.int64)
+    prog = slot * NH + head
+    tok = row.to(gl.int64)
+    kwin = prog * (NL * NK)
+    vwin = prog * (NL * NV)
+
+    # every load first and none behind the fill count (rows at or past h are read whole and
+    # discarded by a select; only entry j + 1 past the window is masked)
+    vc = gl.arange(0, NV, layout=gl.SliceLayout(1, CODES))
+    kc = gl.arange(0, NK, layout=gl.SliceLayout(0, CODES))
+    cb = gl.load(codes + slot * C_SLOT + head * C_HEAD + vc[:, None] * NK + kc[None, :])
+    s_vr = gl.load(s_v + slot * SV_SLOT + head * SV_HEAD + vc)
+    s_kr = gl.load(s_k + slot * SK_SLOT + head * SK_HEAD + n)
+    jw = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))  # rows in reversed entry order
+    nw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
+    keys = gl.load(kbuf + kwin + jw[:, None] * NK + nw[None, :])
+    g_after = gl.load(gbuf + kwin + (jw[:, None] + 1) * NK + nw[None, :], mask=(jw[:, None] + 1) < NL, other=1.0)
+    vals = gl.load(ubuf + vwin + jw[:, None] * NV + nw[None, :])
+    w_all = gl.load(w + prog * NL + jw)
+    rt = gl.arange(0, NR, layout=gl.SliceLayout(1, TOK))
+    nt = gl.arange(0, NK, layout=gl.SliceLayout(0, TOK))
+    uu = gl.load(u + slot * U_SLOT + head * U_HEAD + rt[:, None] * U_ROW + nt[None, :])
+    qq = gl.load(q + slot * Q_SLOT + head * Q_HEAD + rt[:, None] * Q_ROW + nt[None, :])
+    vt = gl.load(vx + tok * v_row + head * NV + n).to(gl.float32)
+    h = gl.load(fill + prog)
+    h = gl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
+    kn, qn, kq, g, en, beta, pcum_n, pc = token_side(qx, kx, a, b, A_log, dt_bias, pcum, tok, qk_row, head, prog, n,
+                                                     NH, NK, NORM_EPS, SCALE, SP_THRESHOLD, BETA_SMALL)
+
+    # the key side: the window's projections w_j (kbuf_j * D_j) . x [L] (summed 16 columns a
+    # thread) and the tokens' (U' x) [R] (summed across the CTA), x = kn and qn
+    live = jw < h
+    wl = gl.where(live, w_all, 0.0)
+    kd = gl.where(live[:, None], keys.to(gl.float32), 0.0) * entry_decay(g_after, en, h, jw, True) * wl[:, None]
+    kd = gl.convert_layout(kd, KEYS)
+    kn_keys = gl.convert_layout(kn, gl.SliceLayout(0, KEYS))
+    qn_keys = gl.convert_layout(qn, gl.SliceLayout(0, KEYS))
+    pk = gl.convert_layout(gl.sum(kd * kn_keys[None, :], axis=1), gl.SliceLayout(1, WIN))
+    pq = gl.convert_layout(gl.sum(kd * qn_keys[None, :], axis=1), gl.SliceLayout(1, WIN))
+    up = uu.to(gl.float32) * gl.convert_layout(pc, gl.SliceLayout(0, TOK))[None, :]
+    tk = gl.sum(up * gl.convert_layout(kn, gl.SliceLayout(0, TOK))[None, :], axis=1)
+    tq = gl.sum(up * gl.convert_layout(qn, gl.SliceLayout(0, TOK))[None, :], axis=1)
+
+    # the value side: S x = s_v * (C (f * x)) + ubuf^T (projections) + Q^T (U' x), f = s_k pc / 127
+    f = s_kr * pc * (1.0 / QM)
+    cf = _codes_fp32(cb)
+    ck = gl.sum(cf * gl.convert_layout(f * kn, gl.SliceLayout(0, CODES))[None, :], axis=1) * s_vr
+    cq = gl.sum(cf * gl.convert_layout(f * qn, gl.SliceLayout(0, CODES))[None, :], axis=1) * s_vr
+    vl = gl.where(live[:, None], vals.to(gl.float32), 0.0)
+    qf = qq.to(gl.float32)
+    Skn = gl.convert_layout(ck, COL) + gl.sum(vl * pk[:, None], axis=0) \
+        + gl.convert_layout(gl.sum(qf * tk[:, None], axis=0), COL)
+    Sqn = gl.convert_layout(cq, COL) + gl.sum(vl * pq[:, None], axis=0) \
+        + gl.convert_layout(gl.sum(qf * tq[:, None], axis=0), COL)
+    u_new = beta * (vt - Skn)
+    gl.store(o + out_row + n, round_bf16(Sqn + kq * u_new))
+
+    # the appended entry
+    if IN_PLACE:
+        # every thread has read the window, pcum and the fill count before any is overwritten
+        gl.thread_barrier()
+        gl.store(ubuf + vwin + h * NV + n, round_bf16(u_new))
+        gl.store(kbuf + kwin + h * NK + n, round_bf16(kn))
+        gl.store(gbuf + kwin + h * NK + n, en.to(gl.float16))
+        gl.store(w + prog * NL + jw, gl.full([NL], 1.0, gl.float32, gl.SliceLayout(1, WIN)), mask=jw == h)
+        gl.store(pcum + prog * NK + n, pcum_n)
+        gl.store(fill + prog, h + 1)
+    else:
+        out_k = prog * NK
+        gl.store(u_row + out_row + n, round_bf16(u_new))
+        gl.store(k_row + out_k + n, round_bf16(kn))
+        gl.store(g_row + out_k + n, en.to(gl.float16))
+        gl.store(w_new + prog * NL + jw, gl.where(jw == h, 1.0, w_all))
+        gl.store(pcum_new + out_k + n, pcum_n)
+
+
+def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None):
+    """Launch the Gluon decode-step kernel; arguments and semantics as
+    ``step.triton_kernel.launch_step``. Needs an sm_90 device and a triton release in
+    ``VERIFIED_TRITON`` (``kernel.choose`` checks both). Returns the launched kernel object, or
+    None for an empty launch."""
+    n_rows = token[3].shape[0]
+    if n_rows == 0:
+        return None
+    with torch.cuda.device(o.device):
+        return _step_kernel[(n_rows * H,)](**step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx),
+                                           num_warps=NUM_WARPS)
