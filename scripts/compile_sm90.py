@@ -79,7 +79,7 @@ def compile_step(in_place: bool, gluon: bool = False):
     unspecialised = set(fn.do_not_specialize) | {"qk_row", "v_row"}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params) if n in STEP_POINTERS and n not in unspecialised}
     src = Source(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params}, attrs=attrs)
-    options = {"num_warps": st.NUM_WARPS} if gluon else {"num_warps": st.NUM_WARPS, "num_stages": 1}
+    options = {"num_warps": st.NUM_WARPS, "maxnreg": st.MAX_REGISTERS} if gluon else {"num_warps": st.NUM_WARPS, "num_stages": 1}
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 

@@ -31,6 +31,9 @@ from .tl_common import entry_decay, round_bf16, token_side
 
 VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API this module was compiled and run with
 NUM_WARPS = 4
+# registers a thread may use: 128 lets 4 CTAs (16 warps) share an SM instead of 3 at the 168 the
+# compiler picks unbounded (offline sm_90a: 4 spilled words; the kernel is latency-bound at 3)
+MAX_REGISTERS = 128
 CODES = gl.constexpr(gl.BlockedLayout([4, 16], [8, 4], [4, 1], [1, 0]))  # [V, K] int8
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))  # [L, N]: a column a thread
 TOK = gl.constexpr(gl.BlockedLayout([4, 1], [1, 32], [1, 4], [0, 1]))  # [R, N]: a column a thread
@@ -96,7 +99,7 @@ def _step_kernel(
     vc = gl.arange(0, NV, layout=gl.SliceLayout(1, CODES))
     kc = gl.arange(0, NK, layout=gl.SliceLayout(0, CODES))
     cb = gl.load(codes + slot * C_SLOT + head * C_HEAD + vc[:, None] * NK + kc[None, :])
-    s_vr = gl.load(s_v + slot * SV_SLOT + head * SV_HEAD + vc)
+    s_vr = gl.load(s_v + slot * SV_SLOT + head * SV_HEAD + n)
     s_kr = gl.load(s_k + slot * SK_SLOT + head * SK_HEAD + n)
     jw = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))  # rows in reversed entry order
     nw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
@@ -131,13 +134,13 @@ def _step_kernel(
     # the value side: S x = s_v * (C (f * x)) + ubuf^T (projections) + Q^T (U' x), f = s_k pc / 127
     f = s_kr * pc * (1.0 / QM)
     cf = _codes_fp32(cb)
-    ck = gl.sum(cf * gl.convert_layout(f * kn, gl.SliceLayout(0, CODES))[None, :], axis=1) * s_vr
-    cq = gl.sum(cf * gl.convert_layout(f * qn, gl.SliceLayout(0, CODES))[None, :], axis=1) * s_vr
+    ck = gl.sum(cf * gl.convert_layout(f * kn, gl.SliceLayout(0, CODES))[None, :], axis=1)
+    cq = gl.sum(cf * gl.convert_layout(f * qn, gl.SliceLayout(0, CODES))[None, :], axis=1)
     vl = gl.where(live[:, None], vals.to(gl.float32), 0.0)
     qf = qq.to(gl.float32)
-    Skn = gl.convert_layout(ck, COL) + gl.sum(vl * pk[:, None], axis=0) \
+    Skn = gl.convert_layout(ck, COL) * s_vr + gl.sum(vl * pk[:, None], axis=0) \
         + gl.convert_layout(gl.sum(qf * tk[:, None], axis=0), COL)
-    Sqn = gl.convert_layout(cq, COL) + gl.sum(vl * pq[:, None], axis=0) \
+    Sqn = gl.convert_layout(cq, COL) * s_vr + gl.sum(vl * pq[:, None], axis=0) \
         + gl.convert_layout(gl.sum(qf * tq[:, None], axis=0), COL)
     u_new = beta * (vt - Skn)
     gl.store(o + out_row + n, round_bf16(Sqn + kq * u_new))
@@ -171,4 +174,4 @@ def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None
         return None
     with torch.cuda.device(o.device):
         return _step_kernel[(n_rows * H,)](**step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx),
-                                           num_warps=NUM_WARPS)
+                                           num_warps=NUM_WARPS, maxnreg=MAX_REGISTERS)

@@ -77,7 +77,7 @@ def _step_kernel(
     head = c % NH
     v = tl.arange(0, NV)
     k = tl.arange(0, NK)
-    j = tl.arange(0, NL)
+    j = NL - 1 - tl.arange(0, NL)  # window rows in reversed entry order (the decay product runs forward)
     r = tl.arange(0, NR)
     out_row = (row.to(tl.int64) * NH + head) * NV
     if IN_PLACE:
@@ -114,7 +114,7 @@ def _step_kernel(
     # for x = kn and qn, fp32 on the CUDA cores (naive.step_products)
     live = j < h
     wl = tl.where(live, w_all, 0.0)
-    kd = tl.where(live[:, None], keys.to(tl.float32), 0.0) * entry_decay(g_after, en, h, j, False) * wl[:, None]
+    kd = tl.where(live[:, None], keys.to(tl.float32), 0.0) * entry_decay(g_after, en, h, j, True) * wl[:, None]
     pk = tl.sum(kd * kn[None, :], axis=1)
     pq = tl.sum(kd * qn[None, :], axis=1)
     up = uu.to(tl.float32) * pc[None, :]
