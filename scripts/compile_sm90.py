@@ -51,7 +51,7 @@ STEP_POINTERS = {
     "kbuf": "*bf16", "ubuf": "*bf16", "gbuf": "*fp16", "w": "*fp32", "pcum": "*fp32", "fill": "*i32",
     "qx": "*bf16", "kx": "*bf16", "vx": "*bf16", "a": "*bf16", "b": "*bf16", "A_log": "*fp32", "dt_bias": "*fp32",
     "o": "*bf16", "k_row": "*bf16", "u_row": "*bf16", "g_row": "*fp16", "w_new": "*fp32", "pcum_new": "*fp32",
-    "idx": "*i32", "qk_row": "i32", "v_row": "i32",
+    "idx": "*i32", "qk_row": "i32", "v_row": "i32", "num_programs": "i32", "ctas": "i32",
 }
 # the pool's element strides (codes int8, s_k / s_v fp32, u / q fp16 views of one raw buffer)
 POOL_STRIDES = dict(C_SLOT=SLOT_WORDS * 4, C_HEAD=HEAD_WORDS * 4, SK_SLOT=SLOT_WORDS, SK_HEAD=HEAD_WORDS,
@@ -76,7 +76,7 @@ def compile_step(in_place: bool, gluon: bool = False):
     consts = {**strides, "IN_PLACE": in_place, **step_constants()}
     sig = {name: STEP_POINTERS.get(name, "constexpr") for name in params}
     # the pointers the runtime specialises on are 16-byte aligned (the pool's views and dense tensors)
-    unspecialised = set(fn.do_not_specialize) | {"qk_row", "v_row"}
+    unspecialised = set(fn.do_not_specialize) | {"qk_row", "v_row", "num_programs", "ctas"}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params) if n in STEP_POINTERS and n not in unspecialised}
     src = Source(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params}, attrs=attrs)
     options = {"num_warps": st.NUM_WARPS, "maxnreg": st.MAX_REGISTERS} if gluon else {"num_warps": st.NUM_WARPS, "num_stages": 1}
