@@ -24,7 +24,6 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import async_copy
 
 from ..geometry import H
 from ..launch import step_arguments
@@ -34,19 +33,12 @@ VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API this module was compile
 NUM_WARPS = 4
 # registers a thread may use: 128 lets 4 CTAs (16 warps) share an SM instead of 3 at the 168 the
 # compiler picks unbounded (offline sm_90a: 4 spilled words; the kernel is latency-bound at 3)
-MAX_REGISTERS = 168
+MAX_REGISTERS = 128
 CODES = gl.constexpr(gl.BlockedLayout([4, 16], [8, 4], [4, 1], [1, 0]))  # [V, K] int8
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))  # [L, N]: a column a thread
 TOK = gl.constexpr(gl.BlockedLayout([4, 1], [1, 32], [1, 4], [0, 1]))  # [R, N]: a column a thread
 KEYS = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [L, K]: 16 columns a thread
 COL = gl.constexpr(gl.SliceLayout(0, WIN))  # [N] vectors: thread t holds element t
-# the copies into the stages: 16 bytes a thread; the codes' stage swizzled so that the CODES
-# layout's reads (two rows of 64 bytes a quarter-warp) hit distinct banks
-COPY_BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [V, K] int8
-COPY_HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))  # [L, N] 16-bit
-CODES_STAGE = gl.constexpr(gl.SwizzledSharedLayout(16, 1, 8, [1, 0]))
-PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-CTAS_PER_SM = 3  # resident CTAs: 2 x 28 KB of stages and 128 threads x 128 registers each
 # four int8 codes of a register -> four fp32: bias the bytes to unsigned (xor 0x80), place each in
 # the low mantissa byte of 2^23 (0x4B0000bb = 2^23 + c + 128), subtract 2^23 + 128
 CODES_ASM = gl.constexpr("""{
@@ -64,61 +56,56 @@ def _codes_fp32(c):
     return gl.inline_asm_elementwise(CODES_ASM, "=r,=r,=r,=r,r", [c], dtype=gl.float32, is_pure=True, pack=4)
 
 
-@gluon.jit
-def _slot_of(c, idx, num_programs, IN_PLACE: gl.constexpr, NH: gl.constexpr):
-    # the slot program c serves: its batch row (functional) or idx of its row (pool form; <= 0: no
-    # sequence, and past the last program)
-    if IN_PLACE:
-        return gl.load(idx + c // NH, mask=c < num_programs, other=0).to(gl.int64)
-    return (c // NH).to(gl.int64)
-
-
-@gluon.jit
-def _prefetch(slot, head, codes_s, keys_s, gates_s, vals_s, codes, kbuf, gbuf, ubuf,
-              C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, NH: gl.constexpr, NV: gl.constexpr,
-              NK: gl.constexpr, NL: gl.constexpr):
-    # start copying a program's codes and window (rows in reversed entry order: row r holds
-    # entry j = L-1-r; the gates' row r the gate of entry j + 1) into one stage; one commit group
-    slot = gl.maximum(slot, 0)  # no sequence: slot 0's bytes, never used
-    prog = slot * NH + head
-    vb = gl.arange(0, NV, layout=gl.SliceLayout(1, COPY_BYTES))[:, None]
-    kb = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_BYTES))[None, :]
-    async_copy.async_copy_global_to_shared(codes_s, codes + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
-    j = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, COPY_HALVES))[:, None]
-    nh = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_HALVES))[None, :]
-    kwin = prog * (NL * NK)
-    async_copy.async_copy_global_to_shared(keys_s, kbuf + kwin + j * NK + nh)
-    async_copy.async_copy_global_to_shared(gates_s, gbuf + kwin + (j + 1) * NK + nh, mask=((j + 1) < NL) & (nh >= 0))
-    async_copy.async_copy_global_to_shared(vals_s, ubuf + prog * (NL * NV) + j * NV + nh)
-    async_copy.commit_group()
-
-
-@gluon.jit
-def _program(
-    c, slot, codes_s, keys_s, gates_s, vals_s,
-    s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, fill, qx, kx, vx, a, b, A_log, dt_bias,
-    o, k_row, u_row, g_row, w_new, pcum_new, qk_row, v_row,
-    SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr, SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
+# the caller's pointers and row strides are not specialised on (alignment, value 1): a pool's
+# warm-up compiles the one variant every later call of the pool form runs
+@gluon.jit(do_not_specialize=["idx", "qx", "kx", "vx", "a", "b", "A_log", "dt_bias", "o", "qk_row", "v_row"])
+def _step_kernel(
+    codes, s_k, s_v, u, q,  # checkpoint, read only
+    kbuf, ubuf, gbuf, w, pcum, fill,  # window and its fill count (pool form: appended in place)
+    qx, kx, vx, a, b, A_log, dt_bias,  # this token and the gate's parameters
+    o, k_row, u_row, g_row, w_new, pcum_new,  # outputs (pool form: only o; the rest go to the window)
+    idx,  # pool form: int32 [N] slot ids (<= 0: no sequence)
+    qk_row, v_row,  # element row strides of qx and kx (one) and of vx; a mixed row's stride for both
+    C_SLOT: gl.constexpr, C_HEAD: gl.constexpr,  # element strides of the checkpoint tensors
+    SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
+    SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
     U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
     Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
-    IN_PLACE: gl.constexpr,
+    IN_PLACE: gl.constexpr,  # pool form
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
     QM: gl.constexpr, NORM_EPS: gl.constexpr, SCALE: gl.constexpr, SP_THRESHOLD: gl.constexpr,
-    BETA_SMALL: gl.constexpr,
+    BETA_SMALL: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
 ):
-    # one program (slot, head) whose codes and window are being copied into the stage given
+    gl.static_assert(NK == NV)  # one [N] layout serves both sides
+    c = gl.program_id(0)
     row = c // NH  # batch row (functional) or entry of idx (pool)
     head = c % NH
     n = gl.arange(0, NK, layout=COL)
     out_row = (row.to(gl.int64) * NH + head) * NV
-    prog = gl.maximum(slot, 0) * NH + head
+    if IN_PLACE:
+        slot = gl.load(idx + row).to(gl.int64)
+        if slot <= 0:  # no sequence: a zero output row, nothing else
+            gl.store(o + out_row + n, gl.zeros([NV], gl.bfloat16, COL))
+            return
+    else:
+        slot = row.to(gl.int64)
+    prog = slot * NH + head
     tok = row.to(gl.int64)
+    kwin = prog * (NL * NK)
+    vwin = prog * (NL * NV)
 
-    # the small loads while the copies land: none behind the fill count (window rows at or past
-    # h are discarded by a select)
+    # every load first and none behind the fill count (rows at or past h are read whole and
+    # discarded by a select; only entry j + 1 past the window is masked)
+    vc = gl.arange(0, NV, layout=gl.SliceLayout(1, CODES))
+    kc = gl.arange(0, NK, layout=gl.SliceLayout(0, CODES))
+    cb = gl.load(codes + slot * C_SLOT + head * C_HEAD + vc[:, None] * NK + kc[None, :])
     s_vr = gl.load(s_v + slot * SV_SLOT + head * SV_HEAD + n)
     s_kr = gl.load(s_k + slot * SK_SLOT + head * SK_HEAD + n)
     jw = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))  # rows in reversed entry order
+    nw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
+    keys = gl.load(kbuf + kwin + jw[:, None] * NK + nw[None, :])
+    g_after = gl.load(gbuf + kwin + (jw[:, None] + 1) * NK + nw[None, :], mask=(jw[:, None] + 1) < NL, other=1.0)
+    vals = gl.load(ubuf + vwin + jw[:, None] * NV + nw[None, :])
     w_all = gl.load(w + prog * NL + jw)
     rt = gl.arange(0, NR, layout=gl.SliceLayout(1, TOK))
     nt = gl.arange(0, NK, layout=gl.SliceLayout(0, TOK))
@@ -129,15 +116,12 @@ def _program(
     h = gl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
     kn, qn, kq, g, en, beta, pcum_n, pc = token_side(qx, kx, a, b, A_log, dt_bias, pcum, tok, qk_row, head, prog, n,
                                                      NH, NK, NORM_EPS, SCALE, SP_THRESHOLD, BETA_SMALL)
-    async_copy.wait_group(1)  # this program's stage has landed (the next one's copies may not have)
-    gl.thread_barrier()
 
     # the key side: the window's projections w_j (kbuf_j * D_j) . x [L] (summed 16 columns a
     # thread) and the tokens' (U' x) [R] (summed across the CTA), x = kn and qn
     live = jw < h
     wl = gl.where(live, w_all, 0.0)
-    keys = keys_s.load(WIN).to(gl.float32)
-    kd = gl.where(live[:, None], keys, 0.0) * entry_decay(gates_s.load(WIN), en, h, jw, True) * wl[:, None]
+    kd = gl.where(live[:, None], keys.to(gl.float32), 0.0) * entry_decay(g_after, en, h, jw, True) * wl[:, None]
     kd = gl.convert_layout(kd, KEYS)
     kn_keys = gl.convert_layout(kn, gl.SliceLayout(0, KEYS))
     qn_keys = gl.convert_layout(qn, gl.SliceLayout(0, KEYS))
@@ -149,10 +133,10 @@ def _program(
 
     # the value side: S x = s_v * (C (f * x)) + ubuf^T (projections) + Q^T (U' x), f = s_k pc / 127
     f = s_kr * pc * (1.0 / QM)
-    cf = _codes_fp32(codes_s.load(CODES))
+    cf = _codes_fp32(cb)
     ck = gl.sum(cf * gl.convert_layout(f * kn, gl.SliceLayout(0, CODES))[None, :], axis=1)
     cq = gl.sum(cf * gl.convert_layout(f * qn, gl.SliceLayout(0, CODES))[None, :], axis=1)
-    vl = gl.where(live[:, None], vals_s.load(WIN).to(gl.float32), 0.0)
+    vl = gl.where(live[:, None], vals.to(gl.float32), 0.0)
     qf = qq.to(gl.float32)
     Skn = gl.convert_layout(ck, COL) * s_vr + gl.sum(vl * pk[:, None], axis=0) \
         + gl.convert_layout(gl.sum(qf * tk[:, None], axis=0), COL)
@@ -165,8 +149,7 @@ def _program(
     if IN_PLACE:
         # every thread has read the window, pcum and the fill count before any is overwritten
         gl.thread_barrier()
-        kwin = prog * (NL * NK)
-        gl.store(ubuf + prog * (NL * NV) + h * NV + n, round_bf16(u_new))
+        gl.store(ubuf + vwin + h * NV + n, round_bf16(u_new))
         gl.store(kbuf + kwin + h * NK + n, round_bf16(kn))
         gl.store(gbuf + kwin + h * NK + n, en.to(gl.float16))
         gl.store(w + prog * NL + jw, gl.full([NL], 1.0, gl.float32, gl.SliceLayout(1, WIN)), mask=jw == h)
@@ -181,76 +164,14 @@ def _program(
         gl.store(pcum_new + out_k + n, pcum_n)
 
 
-# the caller's pointers, row strides and counts are not specialised on (alignment, value 1): a
-# pool's warm-up compiles the one variant every later call of the pool form runs
-@gluon.jit(do_not_specialize=["idx", "qx", "kx", "vx", "a", "b", "A_log", "dt_bias", "o", "qk_row", "v_row",
-                              "num_programs", "ctas"])
-def _step_kernel(
-    codes, s_k, s_v, u, q,  # checkpoint, read only
-    kbuf, ubuf, gbuf, w, pcum, fill,  # window and its fill count (pool form: appended in place)
-    qx, kx, vx, a, b, A_log, dt_bias,  # this token and the gate's parameters
-    o, k_row, u_row, g_row, w_new, pcum_new,  # outputs (pool form: only o; the rest go to the window)
-    idx,  # pool form: int32 [N] slot ids (<= 0: no sequence)
-    qk_row, v_row,  # element row strides of qx and kx (one) and of vx; a mixed row's stride for both
-    num_programs, ctas,  # programs of the call (N x H) and CTAs of the grid
-    C_SLOT: gl.constexpr, C_HEAD: gl.constexpr,  # element strides of the checkpoint tensors
-    SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
-    SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
-    U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
-    Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
-    IN_PLACE: gl.constexpr,  # pool form
-    NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
-    QM: gl.constexpr, NORM_EPS: gl.constexpr, SCALE: gl.constexpr, SP_THRESHOLD: gl.constexpr,
-    BETA_SMALL: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
-):
-    gl.static_assert(NK == NV)  # one [N] layout serves both sides
-    # resident CTAs: CTA i runs programs i, i + ctas, ...; each program's codes and window are
-    # copied into one of two stages while the program before it computes
-    codes_s = gl.allocate_shared_memory(gl.int8, [2, NV, NK], CODES_STAGE)
-    keys_s = gl.allocate_shared_memory(gl.bfloat16, [2, NL, NK], PLAIN)
-    gates_s = gl.allocate_shared_memory(gl.float16, [2, NL, NK], PLAIN)
-    vals_s = gl.allocate_shared_memory(gl.bfloat16, [2, NL, NV], PLAIN)
-    c = gl.program_id(0)
-    slot = _slot_of(c, idx, num_programs, IN_PLACE, NH)
-    _prefetch(slot, c % NH, codes_s.index(0), keys_s.index(0), gates_s.index(0), vals_s.index(0),
-              codes, kbuf, gbuf, ubuf, C_SLOT, C_HEAD, NH, NV, NK, NL)
-    slot_next = _slot_of(c + ctas, idx, num_programs, IN_PLACE, NH)
-    for it in range(0, gl.cdiv(num_programs - c, ctas)):
-        stage = it % 2
-        nxt = c + ctas
-        gl.thread_barrier()  # the other stage's reads (the program before) are done
-        if nxt < num_programs:
-            _prefetch(slot_next, nxt % NH, codes_s.index(1 - stage), keys_s.index(1 - stage),
-                      gates_s.index(1 - stage), vals_s.index(1 - stage), codes, kbuf, gbuf, ubuf,
-                      C_SLOT, C_HEAD, NH, NV, NK, NL)
-        else:
-            async_copy.commit_group()  # an empty group: the count wait_group(1) relies on
-        slot_after = _slot_of(nxt + ctas, idx, num_programs, IN_PLACE, NH)
-        if slot > 0 or not IN_PLACE:
-            _program(c, slot, codes_s.index(stage), keys_s.index(stage), gates_s.index(stage), vals_s.index(stage),
-                     s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, fill, qx, kx, vx, a, b, A_log, dt_bias,
-                     o, k_row, u_row, g_row, w_new, pcum_new, qk_row, v_row,
-                     SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW, Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE,
-                     NH, NV, NK, NL, NR, QM, NORM_EPS, SCALE, SP_THRESHOLD, BETA_SMALL)
-        else:  # no sequence: a zero output row, nothing else (its copies still retire in order)
-            async_copy.wait_group(1)
-            gl.store(o + ((c // NH).to(gl.int64) * NH + c % NH) * NV + gl.arange(0, NV, layout=COL),
-                     gl.zeros([NV], gl.bfloat16, COL))
-        c = nxt
-        slot = slot_next
-        slot_next = slot_after
-
-
 def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None):
     """Launch the Gluon decode-step kernel; arguments and semantics as
     ``step.triton_kernel.launch_step``. Needs an sm_90 device and a triton release in
     ``VERIFIED_TRITON`` (``kernel.choose`` checks both). Returns the launched kernel object, or
     None for an empty launch."""
-    num_programs = token[3].shape[0] * H
-    if num_programs == 0:
+    n_rows = token[3].shape[0]
+    if n_rows == 0:
         return None
-    grid = (CTAS_PER_SM * torch.cuda.get_device_properties(o.device).multi_processor_count,)
     with torch.cuda.device(o.device):
-        return _step_kernel[grid](**step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx),
-                                  num_programs=num_programs, ctas=grid[0], num_warps=NUM_WARPS,
-                                  maxnreg=MAX_REGISTERS)
+        return _step_kernel[(n_rows * H,)](**step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx),
+                                           num_warps=NUM_WARPS, maxnreg=MAX_REGISTERS)
