@@ -3,9 +3,9 @@
 # of each flush kernel, the decode step against its floor and fla's fp32-state decode, and the
 # decode loop against fla over 16 windows (carry .whl: the fla-core and einops wheels, see README). Full logs under $OUT (./out when unset): the text logs in one file, h200.log, beside the
 # JSON, markdown and figure outputs, so that few files carry everything; a short table last.
-#   bash scripts/h200.sh [--sweep] [--ncu] [--ncu-step] [--step-registers] [--precision] [--bytes-only] [--kernels-hub]
+#   bash scripts/h200.sh [--sweep] [--ncu] [--ncu-step] [--step-variants] [--precision] [--bytes-only] [--kernels-hub]
 # --ncu-step: Nsight Compute on the default decode-step kernel at B=256 (ncu_step.txt)
-# --step-registers: the Gluon step kernel with and without its register cap (scripts/experiments/step_registers.py)
+# --step-variants: Gluon step kernel variants A/B (scripts/experiments/step_variants.py; STEP_VARIANTS: its arguments)
 # --kernels-hub: the Hugging Face `kernels` loading tests and README's snippet (needs `kernels`
 # importable, e.g. from wheels installed to a folder on PYTHONPATH)
 # --bytes-only: the Gluon kernel's data path without its math, against the floor (scripts/experiments/bytes_only.py)
@@ -45,8 +45,8 @@ for opt in "$@"; do
                   --section SchedulerStats --section MemoryWorkloadAnalysis \
                   python3 scripts/ncu_target.py 256 step > "$OUT/ncu_step.txt" 2>&1
                 grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|DRAM Throughput|Issue Slots Busy|No Eligible|Stall|Block Limit|Warp Cycles Per Issued" "$OUT/ncu_step.txt" | head -30 ;;
-    --step-registers) timeout 120 python3 scripts/experiments/step_registers.py none 128 > "$OUT/step_registers.log" 2>&1
-                      echo "step register cap (exit $?):"; cat "$OUT/step_registers.log" ;;
+    --step-variants) timeout 120 python3 scripts/experiments/step_variants.py ${STEP_VARIANTS:-} > "$OUT/step_variants.log" 2>&1
+                     echo "step variants (exit $?):"; cat "$OUT/step_variants.log" ;;
     --bytes-only) python3 scripts/experiments/bytes_only.py > "$OUT/bytes_only.log" 2>&1
                   echo "data path alone (exit $?):"
                   grep -E "copy bandwidth|bytes-only ms|^ *[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$|bytes-only kernel:|needs an" "$OUT/bytes_only.log" ;;
@@ -64,6 +64,6 @@ echo "decode loop vs fla (exit $?):"; tail -n 17 "$OUT/decode_loop.log"
 echo "default kernel:"
 timeout ${BENCH_S:-150} python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 34
 # one text log (the device machine returns a handful of files)
-for f in env.txt pytest_gpu.log kernels_hub.log sweep.log ncu_run.log ncu.txt ncu_step.txt step_registers.log bytes_only.log precision.log decode_loop.log bench_triton.log bench.log; do
+for f in env.txt pytest_gpu.log kernels_hub.log sweep.log ncu_run.log ncu.txt ncu_step.txt step_variants.log bytes_only.log precision.log decode_loop.log bench_triton.log bench.log; do
   if [ -f "$OUT/$f" ]; then echo "===== $f"; cat "$OUT/$f"; rm "$OUT/$f"; fi
 done > "$OUT/h200.log"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import async_copy
 
 from ..geometry import H
 from ..launch import step_arguments
@@ -34,11 +35,18 @@ NUM_WARPS = 4
 # registers a thread may use: 128 lets 4 CTAs (16 warps) share an SM instead of 3 at the 168 the
 # compiler picks unbounded (offline sm_90a: 4 spilled words; the kernel is latency-bound at 3)
 MAX_REGISTERS = 128
+STAGED = True  # see the kernel's STAGED
 CODES = gl.constexpr(gl.BlockedLayout([4, 16], [8, 4], [4, 1], [1, 0]))  # [V, K] int8
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))  # [L, N]: a column a thread
 TOK = gl.constexpr(gl.BlockedLayout([4, 1], [1, 32], [1, 4], [0, 1]))  # [R, N]: a column a thread
 KEYS = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [L, K]: 16 columns a thread
 COL = gl.constexpr(gl.SliceLayout(0, WIN))  # [N] vectors: thread t holds element t
+# STAGED: the copies into shared memory, 16 bytes a thread; the codes' buffer swizzled so that the
+# CODES layout's reads (two rows of 64 bytes a quarter-warp) hit distinct banks
+COPY_BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [V, K] int8
+COPY_HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))  # [L, N] 16-bit
+CODES_STAGE = gl.constexpr(gl.SwizzledSharedLayout(16, 1, 8, [1, 0]))
+PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
 # four int8 codes of a register -> four fp32: bias the bytes to unsigned (xor 0x80), place each in
 # the low mantissa byte of 2^23 (0x4B0000bb = 2^23 + c + 128), subtract 2^23 + 128
 CODES_ASM = gl.constexpr("""{
@@ -75,6 +83,7 @@ def _step_kernel(
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
     QM: gl.constexpr, NORM_EPS: gl.constexpr, SCALE: gl.constexpr, SP_THRESHOLD: gl.constexpr,
     BETA_SMALL: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
+    STAGED: gl.constexpr,  # the codes and window through shared memory (cp.async) instead of registers
 ):
     gl.static_assert(NK == NV)  # one [N] layout serves both sides
     c = gl.program_id(0)
@@ -96,16 +105,34 @@ def _step_kernel(
 
     # every load first and none behind the fill count (rows at or past h are read whole and
     # discarded by a select; only entry j + 1 past the window is masked)
-    vc = gl.arange(0, NV, layout=gl.SliceLayout(1, CODES))
-    kc = gl.arange(0, NK, layout=gl.SliceLayout(0, CODES))
-    cb = gl.load(codes + slot * C_SLOT + head * C_HEAD + vc[:, None] * NK + kc[None, :])
+    jw = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))  # rows in reversed entry order
+    if STAGED:
+        # the codes and the window copied (cp.async) into shared memory: no registers held while
+        # they land
+        codes_s = gl.allocate_shared_memory(gl.int8, [NV, NK], CODES_STAGE)
+        keys_s = gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN)
+        gates_s = gl.allocate_shared_memory(gl.float16, [NL, NK], PLAIN)
+        vals_s = gl.allocate_shared_memory(gl.bfloat16, [NL, NV], PLAIN)
+        vb = gl.arange(0, NV, layout=gl.SliceLayout(1, COPY_BYTES))[:, None]
+        kb = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_BYTES))[None, :]
+        async_copy.async_copy_global_to_shared(codes_s, codes + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
+        jc = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, COPY_HALVES))[:, None]
+        nh = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_HALVES))[None, :]
+        async_copy.async_copy_global_to_shared(keys_s, kbuf + kwin + jc * NK + nh)
+        async_copy.async_copy_global_to_shared(gates_s, gbuf + kwin + (jc + 1) * NK + nh,
+                                               mask=((jc + 1) < NL) & (nh >= 0))
+        async_copy.async_copy_global_to_shared(vals_s, ubuf + vwin + jc * NV + nh)
+        async_copy.commit_group()
+    else:
+        vc = gl.arange(0, NV, layout=gl.SliceLayout(1, CODES))
+        kc = gl.arange(0, NK, layout=gl.SliceLayout(0, CODES))
+        cb = gl.load(codes + slot * C_SLOT + head * C_HEAD + vc[:, None] * NK + kc[None, :])
+        nw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
+        keys = gl.load(kbuf + kwin + jw[:, None] * NK + nw[None, :])
+        g_after = gl.load(gbuf + kwin + (jw[:, None] + 1) * NK + nw[None, :], mask=(jw[:, None] + 1) < NL, other=1.0)
+        vals = gl.load(ubuf + vwin + jw[:, None] * NV + nw[None, :])
     s_vr = gl.load(s_v + slot * SV_SLOT + head * SV_HEAD + n)
     s_kr = gl.load(s_k + slot * SK_SLOT + head * SK_HEAD + n)
-    jw = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))  # rows in reversed entry order
-    nw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
-    keys = gl.load(kbuf + kwin + jw[:, None] * NK + nw[None, :])
-    g_after = gl.load(gbuf + kwin + (jw[:, None] + 1) * NK + nw[None, :], mask=(jw[:, None] + 1) < NL, other=1.0)
-    vals = gl.load(ubuf + vwin + jw[:, None] * NV + nw[None, :])
     w_all = gl.load(w + prog * NL + jw)
     rt = gl.arange(0, NR, layout=gl.SliceLayout(1, TOK))
     nt = gl.arange(0, NK, layout=gl.SliceLayout(0, TOK))
@@ -116,6 +143,13 @@ def _step_kernel(
     h = gl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
     kn, qn, kq, g, en, beta, pcum_n, pc = token_side(qx, kx, a, b, A_log, dt_bias, pcum, tok, qk_row, head, prog, n,
                                                      NH, NK, NORM_EPS, SCALE, SP_THRESHOLD, BETA_SMALL)
+    if STAGED:
+        async_copy.wait_group(0)
+        gl.thread_barrier()
+        cb = codes_s.load(CODES)
+        keys = keys_s.load(WIN)
+        g_after = gates_s.load(WIN)
+        vals = vals_s.load(WIN)
 
     # the key side: the window's projections w_j (kbuf_j * D_j) . x [L] (summed 16 columns a
     # thread) and the tokens' (U' x) [R] (summed across the CTA), x = kn and qn
@@ -174,4 +208,4 @@ def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None
         return None
     with torch.cuda.device(o.device):
         return _step_kernel[(n_rows * H,)](**step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx),
-                                           num_warps=NUM_WARPS, maxnreg=MAX_REGISTERS)
+                                           STAGED=STAGED, num_warps=NUM_WARPS, maxnreg=MAX_REGISTERS)
