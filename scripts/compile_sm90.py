@@ -73,7 +73,7 @@ def compile_step(in_place: bool, gluon: bool = False):
     fn = st._step_kernel
     params = [p.name for p in fn.params]
     strides = POOL_STRIDES if in_place else DENSE_STRIDES
-    consts = {**strides, "IN_PLACE": in_place, **step_constants(), "STAGED": getattr(st, "STAGED", False)}
+    consts = {**strides, "IN_PLACE": in_place, **step_constants()}
     sig = {name: STEP_POINTERS.get(name, "constexpr") for name in params}
     # the pointers the runtime specialises on are 16-byte aligned (the pool's views and dense tensors)
     unspecialised = set(fn.do_not_specialize) | {"qk_row", "v_row", "num_programs", "ctas"}

@@ -3,7 +3,7 @@
 
 The portable kernel's formulation and phases (``triton_kernel.py``: every load first, none behind
 the fill count; the factor products in fp32 on the CUDA cores), with the layouts chosen by hand so
-that the sums cost few shuffles and no shared-memory rounds:
+that the sums cost few shuffles and few shared-memory rounds:
 
 - the codes [V, K] int8: a thread holds 4 rows x 32 columns (two 16-byte pieces, each warp load a
   64-byte run of 8 rows), so each sum over k is 32 terms in-thread and two shuffle rounds; the
@@ -12,7 +12,14 @@ that the sums cost few shuffles and no shared-memory rounds:
 - the window [L, N] (kbuf, gbuf, ubuf) and the tokens [R, N] (u, q): a thread owns a whole column,
   so the entry decays' running product and the sums over j and r are in-thread;
 - the window's projections (sums over k of the decayed keys) go through one layout change to 16
-  columns a thread.
+  columns a thread;
+- the codes and the window (28 KB of a program's 34.9) are copied into shared memory (cp.async,
+  16 bytes a thread) while the small loads and the token's phase run, so no registers wait on
+  them; the register cap (128) lets 4 CTAs share an SM.
+
+Measured on the H200 (BENCHMARKS.md, 2026-12-02): 1.46x the step's memory floor at B=256, 1.36x
+at B=512; the kernel is latency- and issue-bound (ncu: DRAM at 56%, 0.58 warp instructions a
+cycle a scheduler), not bandwidth-bound. NOTES.md lists what was tried.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
@@ -33,15 +40,14 @@ from .tl_common import entry_decay, round_bf16, token_side
 VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API this module was compiled and run with
 NUM_WARPS = 4
 # registers a thread may use: 128 lets 4 CTAs (16 warps) share an SM instead of 3 at the 168 the
-# compiler picks unbounded (offline sm_90a: 4 spilled words; the kernel is latency-bound at 3)
+# compiler picks unbounded (H200: -11% at B=256); 96 and 80 (5 and 6 CTAs) spill, +37% and +97%
 MAX_REGISTERS = 128
-STAGED = True  # see the kernel's STAGED
 CODES = gl.constexpr(gl.BlockedLayout([4, 16], [8, 4], [4, 1], [1, 0]))  # [V, K] int8
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))  # [L, N]: a column a thread
 TOK = gl.constexpr(gl.BlockedLayout([4, 1], [1, 32], [1, 4], [0, 1]))  # [R, N]: a column a thread
 KEYS = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [L, K]: 16 columns a thread
 COL = gl.constexpr(gl.SliceLayout(0, WIN))  # [N] vectors: thread t holds element t
-# STAGED: the copies into shared memory, 16 bytes a thread; the codes' buffer swizzled so that the
+# the copies into shared memory, 16 bytes a thread; the codes' buffer swizzled so that the
 # CODES layout's reads (two rows of 64 bytes a quarter-warp) hit distinct banks
 COPY_BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [V, K] int8
 COPY_HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))  # [L, N] 16-bit
@@ -83,7 +89,6 @@ def _step_kernel(
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
     QM: gl.constexpr, NORM_EPS: gl.constexpr, SCALE: gl.constexpr, SP_THRESHOLD: gl.constexpr,
     BETA_SMALL: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
-    STAGED: gl.constexpr,  # the codes and window through shared memory (cp.async) instead of registers
 ):
     gl.static_assert(NK == NV)  # one [N] layout serves both sides
     c = gl.program_id(0)
@@ -106,31 +111,22 @@ def _step_kernel(
     # every load first and none behind the fill count (rows at or past h are read whole and
     # discarded by a select; only entry j + 1 past the window is masked)
     jw = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))  # rows in reversed entry order
-    if STAGED:
-        # the codes and the window copied (cp.async) into shared memory: no registers held while
-        # they land
-        codes_s = gl.allocate_shared_memory(gl.int8, [NV, NK], CODES_STAGE)
-        keys_s = gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN)
-        gates_s = gl.allocate_shared_memory(gl.float16, [NL, NK], PLAIN)
-        vals_s = gl.allocate_shared_memory(gl.bfloat16, [NL, NV], PLAIN)
-        vb = gl.arange(0, NV, layout=gl.SliceLayout(1, COPY_BYTES))[:, None]
-        kb = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_BYTES))[None, :]
-        async_copy.async_copy_global_to_shared(codes_s, codes + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
-        jc = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, COPY_HALVES))[:, None]
-        nh = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_HALVES))[None, :]
-        async_copy.async_copy_global_to_shared(keys_s, kbuf + kwin + jc * NK + nh)
-        async_copy.async_copy_global_to_shared(gates_s, gbuf + kwin + (jc + 1) * NK + nh,
-                                               mask=((jc + 1) < NL) & (nh >= 0))
-        async_copy.async_copy_global_to_shared(vals_s, ubuf + vwin + jc * NV + nh)
-        async_copy.commit_group()
-    else:
-        vc = gl.arange(0, NV, layout=gl.SliceLayout(1, CODES))
-        kc = gl.arange(0, NK, layout=gl.SliceLayout(0, CODES))
-        cb = gl.load(codes + slot * C_SLOT + head * C_HEAD + vc[:, None] * NK + kc[None, :])
-        nw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
-        keys = gl.load(kbuf + kwin + jw[:, None] * NK + nw[None, :])
-        g_after = gl.load(gbuf + kwin + (jw[:, None] + 1) * NK + nw[None, :], mask=(jw[:, None] + 1) < NL, other=1.0)
-        vals = gl.load(ubuf + vwin + jw[:, None] * NV + nw[None, :])
+    # the codes and the window copied (cp.async) into shared memory, rows in reversed entry order
+    # like jw: no registers held while they land
+    codes_s = gl.allocate_shared_memory(gl.int8, [NV, NK], CODES_STAGE)
+    keys_s = gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN)
+    gates_s = gl.allocate_shared_memory(gl.float16, [NL, NK], PLAIN)
+    vals_s = gl.allocate_shared_memory(gl.bfloat16, [NL, NV], PLAIN)
+    vb = gl.arange(0, NV, layout=gl.SliceLayout(1, COPY_BYTES))[:, None]
+    kb = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_BYTES))[None, :]
+    async_copy.async_copy_global_to_shared(codes_s, codes + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
+    jc = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, COPY_HALVES))[:, None]
+    nh = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_HALVES))[None, :]
+    async_copy.async_copy_global_to_shared(keys_s, kbuf + kwin + jc * NK + nh)
+    async_copy.async_copy_global_to_shared(gates_s, gbuf + kwin + (jc + 1) * NK + nh,
+                                           mask=((jc + 1) < NL) & (nh >= 0))
+    async_copy.async_copy_global_to_shared(vals_s, ubuf + vwin + jc * NV + nh)
+    async_copy.commit_group()
     s_vr = gl.load(s_v + slot * SV_SLOT + head * SV_HEAD + n)
     s_kr = gl.load(s_k + slot * SK_SLOT + head * SK_HEAD + n)
     w_all = gl.load(w + prog * NL + jw)
@@ -143,13 +139,12 @@ def _step_kernel(
     h = gl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
     kn, qn, kq, g, en, beta, pcum_n, pc = token_side(qx, kx, a, b, A_log, dt_bias, pcum, tok, qk_row, head, prog, n,
                                                      NH, NK, NORM_EPS, SCALE, SP_THRESHOLD, BETA_SMALL)
-    if STAGED:
-        async_copy.wait_group(0)
-        gl.thread_barrier()
-        cb = codes_s.load(CODES)
-        keys = keys_s.load(WIN)
-        g_after = gates_s.load(WIN)
-        vals = vals_s.load(WIN)
+    async_copy.wait_group(0)
+    gl.thread_barrier()
+    cb = codes_s.load(CODES)
+    keys = keys_s.load(WIN)
+    g_after = gates_s.load(WIN)
+    vals = vals_s.load(WIN)
 
     # the key side: the window's projections w_j (kbuf_j * D_j) . x [L] (summed 16 columns a
     # thread) and the tokens' (U' x) [R] (summed across the CTA), x = kn and qn
@@ -208,4 +203,4 @@ def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None
         return None
     with torch.cuda.device(o.device):
         return _step_kernel[(n_rows * H,)](**step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx),
-                                           STAGED=STAGED, num_warps=NUM_WARPS, maxnreg=MAX_REGISTERS)
+                                           num_warps=NUM_WARPS, maxnreg=MAX_REGISTERS)
