@@ -26,10 +26,9 @@ import triton
 KERNELS = ("gluon", "triton")
 OPERATIONS = {"flush": ("gluon", "triton"), "step": ("gluon", "triton")}  # the kernels each operation has
 FORCE_VARIABLE = "LEAPQUANT_KERNEL"
-# On the H200 only the Gluon kernel passed every input family in both forms at every batch size
-# (the portable kernel before flush v3 failed small_state at B >= 256; v3, on the checkpoint's
-# factors, has not run on a GPU yet), and it was the faster of the two with every program due
-# (BENCHMARKS.md, 2026-12-01): the default wherever it runs.
+# On the H200 both kernels of each operation pass every accuracy case at every batch size, and the
+# Gluon ones are the faster (BENCHMARKS.md, 2026-12-02: the flush 1.9x with every program due at
+# B=256, the step 2.4x): the default wherever they run.
 GLUON_BY_DEFAULT = True
 
 
