@@ -1,5 +1,6 @@
-"""Draw latency vs batch size (each leapquant kernel, memory floor, plain PyTorch reference) from
-the JSONs of ``python -m leapquant.bench --json`` (one per kernel, from one run).
+"""Draw latency vs batch size from the JSONs of ``python -m leapquant.bench --json`` (one per
+kernel, from one run): the flush (each leapquant kernel, its memory floor, the plain PyTorch
+reference) and, beside it, the decode step (each kernel, its floor, fla's fp32-state decode).
 
     python scripts/plot_bench.py docs/latency.png bench_results/<run>.json [more.json ...]
 """
@@ -14,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def main(dst: str, *srcs: str) -> None:
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, (ax, ax_step) = plt.subplots(1, 2, figsize=(11, 4.2))
     for src in srcs:
         with open(src) as f:
             data = json.load(f)
@@ -22,17 +23,28 @@ def main(dst: str, *srcs: str) -> None:
         B = [r["batch_size"] for r in rows]
         kernel = data["env"].get("kernel", "triton")
         ax.plot(B, [r["flush"]["median_ms"] for r in rows], "o-", label=f"leapquant flush_inplace ({kernel})")
+        steps = [r for r in data.get("step_rows", []) if "step" in r]
+        if steps:
+            SB = [r["batch_size"] for r in steps]
+            ax_step.plot(SB, [r["step"]["median_ms"] for r in steps], "o-", label=f"leapquant step_inplace ({kernel})")
+            ax_step.plot(SB, [r["step"]["median_ms"] + r["flush_1_in_16"]["median_ms"] for r in steps], "^-.",
+                         label=f"decode layer: step + flush 1 in 16 due ({kernel})")
     ax.plot(B, [r["floor_ms"] for r in rows], "k--", label="memory floor (55.1 KB/program at copy bandwidth)")
     ax.plot(B, [r["reference_ms"] for r in rows], "s:", label="plain PyTorch fp32 reference")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("batch size (sequences x 32 heads)")
-    ax.set_ylabel("latency, ms (median)")
+    if steps:
+        ax_step.plot(SB, [r["floor_ms"] for r in steps], "k--", label="memory floor (34.1 KB/program)")
+        if all(r.get("fla") for r in steps):
+            ax_step.plot(SB, [r["fla"]["median_ms"] for r in steps], "s:", label="fla fused_recurrent_kda (fp32 state)")
     env = data["env"]
-    ax.set_title(f"KDA checkpoint flush, all programs due, L2-cold\n{env.get('gpu', env['device'])}, "
-                 f"torch {env['torch']}, triton {env['triton']}, {env['date'][:10]}", fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    for a, what in ((ax, "KDA checkpoint flush, all programs due"), (ax_step, "KDA decode step (one token)")):
+        a.set_xscale("log", base=2)
+        a.set_yscale("log")
+        a.set_xlabel("batch size (sequences x 32 heads)")
+        a.set_ylabel("latency, ms (median)")
+        a.set_title(f"{what}, L2-cold\n{env.get('gpu', env['device'])}, torch {env['torch']}, "
+                    f"triton {env['triton']}, {env['date'][:10]}", fontsize=9)
+        a.grid(True, which="both", alpha=0.3)
+        a.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(dst, dpi=120)
 

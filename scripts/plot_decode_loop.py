@@ -22,13 +22,14 @@ def main(argv):
         shift = r["args"].get("bias_shift", 0.0)
         label = "model gates" if not shift else f"slow gates (dt_bias {shift:+g})"
         x = range(1, len(r["window_rel"]) + 1)
-        ax.plot(x, r["window_rel"], "o-", label=f"{label}: LeapQuant vs fp32 state")
-        ax.plot(x, r["window_worst_head"], ".:", label=f"{label}: worst (sequence, head)")
+        where = f"{r['device']}, {r['args'].get('sequences', '?')} seq."
+        ax.plot(x, r["window_rel"], "o-", label=f"{label} ({where}): LeapQuant vs fp32 state")
+        ax.plot(x, r["window_worst_head"], ".:", label=f"{label} ({where}): worst (sequence, head)")
     ax.plot(x, r["rounding_rel"], "k--", label="bf16 rounding of the fp32 output alone")
     ax.set_xlabel("window (16 tokens each)")
     ax.set_ylabel("||o - o_fp32|| / ||o_fp32||")
     ax.set_yscale("log")
-    ax.set_title(f"decode loop (step + flush every token) vs fla naive_recurrent_kda, {r['device']}")
+    ax.set_title("decode loop (step + flush every token) vs fla naive_recurrent_kda")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
