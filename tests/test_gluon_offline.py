@@ -52,3 +52,18 @@ def test_bytes_only_probe_compiles_with_the_kernels_staging():
 
 def test_gluon_is_never_chosen_off_hopper():
     assert kernel.choose("cpu") == "triton"
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["functional", "pool"])
+def test_gluon_step_compiles_for_sm90a_within_its_register_cap(in_place):
+    from leapquant.kda.step import gluon_kernel as step_gluon
+
+    k = _compile_sm90().compile_step(in_place, gluon=True)
+    ptx = k.asm["ptx"]
+    assert "cp.async" in ptx  # the codes and window are staged in shared memory
+    assert "prmt.b32" in ptx  # the codes' four-byte conversion
+    assert "mma" not in ptx  # fp32 on the CUDA cores
+    usage = dict(f.split(":") for f in _compile_sm90().resource_usage(k.asm["cubin"]).split("\n")[0].split()
+                 if ":" in f)
+    assert int(usage["REG"]) <= step_gluon.MAX_REGISTERS and int(usage["STACK"]) == 0  # 4 CTAs an SM, no spills
+    assert 4 * (k.metadata.shared + 1024) <= 228 * 1024  # and the shared memory for 4 of them

@@ -1,6 +1,6 @@
-"""The decode step kernel on a CUDA device: the criterion at serving batch sizes, the pool form, no
-compilation after the Pool's warm-up, CUDA-graph capture, and the loop against fla. Skipped without
-CUDA (not run on the CPU-only development machine: see STEP_NOTES.md)."""
+"""The decode-step kernels (Gluon where it runs, and the portable one) on a CUDA device: the
+criterion at serving batch sizes, the two kernels' agreement, the pool form, no compilation after
+the Pool's warm-up, CUDA-graph capture, and the loop against fla. Skipped without CUDA."""
 
 import pytest
 import torch

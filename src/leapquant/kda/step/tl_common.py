@@ -44,7 +44,7 @@ def beta_bf16(b, SMALL: tl.constexpr):
     # (Fast2Sum) so the bf16 rounding sees t's low bits. sigmoid(b) ~ 0.5 + b/4 puts small bf16 b
     # as close as 0.04 fp32 ulps of sigmoid to a bf16 midpoint, but never closer than 6.6 ulps of
     # t (b = 0.2275). For |b| >= SMALL the plain sigmoid (fast exp on GPUs: a few ulps) is at least
-    # 47.9 ulps from every midpoint. Both margins: over every bf16 b with |b| < 80 (STEP_NOTES.md);
+    # 47.9 ulps from every midpoint. Both margins: over every bf16 b with |b| < 80 (NOTES.md, "beta");
     # beyond -80 sigmoid(b) is a bf16 subnormal that fp32 exp loses (outside the domain).
     y = -b
     e1 = 1.0 + y * (1.0 / 9.0)
@@ -79,12 +79,6 @@ def codes_fp32(c, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr):
     # int8 -> fp32 through the fp32 mantissa: an integer add and a float subtract, exact (I2F runs
     # at a quarter of the FMA rate)
     return (c.to(tl.int32) + MAGIC_BITS).to(tl.float32, bitcast=True) - MAGIC
-
-
-@triton.jit
-def mul(a, b):
-    # the combine function of a running product (entry decays)
-    return a * b
 
 
 @triton.jit
