@@ -51,6 +51,11 @@ def checkpoint_strides(codes, s_k, s_v, u, q) -> dict:
     )
 
 
+# the step kernels' arguments not specialised on (alignment, value 1): the caller's pointers and
+# row strides, so that a pool's warm-up compiles the one variant every later call runs
+STEP_UNSPECIALISED = ("idx", "qx", "kx", "vx", "a", "b", "A_log", "dt_bias", "o", "qk_row", "v_row")
+
+
 def step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None) -> dict:
     """Every argument of the decode-step kernels by name (the portable and the Gluon kernel take
     the same ones), constants included; arguments and semantics as ``step.triton_kernel.launch_step``.

@@ -34,7 +34,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy
 
 from ..geometry import H
-from ..launch import step_arguments
+from ..launch import STEP_UNSPECIALISED, step_arguments
 from .tl_common import entry_decay, round_bf16, token_side
 
 VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API this module was compiled and run with
@@ -70,9 +70,8 @@ def _codes_fp32(c):
     return gl.inline_asm_elementwise(CODES_ASM, "=r,=r,=r,=r,r", [c], dtype=gl.float32, is_pure=True, pack=4)
 
 
-# the caller's pointers and row strides are not specialised on (alignment, value 1): a pool's
-# warm-up compiles the one variant every later call of the pool form runs
-@gluon.jit(do_not_specialize=["idx", "qx", "kx", "vx", "a", "b", "A_log", "dt_bias", "o", "qk_row", "v_row"])
+# the same arguments as the portable kernel's (``launch.step_arguments``), in the same order
+@gluon.jit(do_not_specialize=STEP_UNSPECIALISED)
 def _step_kernel(
     codes, s_k, s_v, u, q,  # checkpoint, read only
     kbuf, ubuf, gbuf, w, pcum, fill,  # window and its fill count (pool form: appended in place)

@@ -46,15 +46,14 @@ import triton
 import triton.language as tl
 
 from ..geometry import H
-from ..launch import step_arguments
+from ..launch import STEP_UNSPECIALISED, step_arguments
 from .tl_common import codes_fp32, entry_decay, round_bf16, token_side
 
 NUM_WARPS = 4
 
 
-# the caller's pointers and row strides are not specialised on (alignment, value 1): a pool's
-# warm-up compiles the one variant every later call of the pool form runs
-@triton.jit(do_not_specialize=["idx", "qx", "kx", "vx", "a", "b", "A_log", "dt_bias", "o", "qk_row", "v_row"])
+# the same arguments as the Gluon kernel's (``launch.step_arguments``), in the same order
+@triton.jit(do_not_specialize=STEP_UNSPECIALISED)
 def _step_kernel(
     codes, s_k, s_v, u, q,  # checkpoint, read only
     kbuf, ubuf, gbuf, w, pcum, fill,  # window and its fill count (pool form: appended in place)
