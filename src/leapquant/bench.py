@@ -208,7 +208,7 @@ def main(argv=None) -> int:
                     "the tables then go to standard error)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when present")
     ap.add_argument("--kernel", choices=KERNELS, default=None,
-                    help=f"force a flush kernel (sets {FORCE_VARIABLE}; default: kernel.choose)")
+                    help=f"force the kernel of both operations (sets {FORCE_VARIABLE}; default: kernel.choose)")
     args = ap.parse_args(argv)
     check_output(ap, "--json", args.json)
     if args.kernel:
@@ -224,7 +224,7 @@ def _report(args, device) -> tuple[int, dict]:
     sizes = args.batch_sizes or parse_sizes(DEFAULT_SIZES if on_gpu else CPU_SIZES)
     env = environment(device)
     print(f"leapquant.bench  {env['date']}  device={env.get('gpu', 'cpu')}  torch={env['torch']}  "
-          f"triton={env['triton']}  kernel={env['kernel']}")
+          f"triton={env['triton']}  kernel={env['kernel']}  step_kernel={env['step_kernel']}")
     timing = on_gpu and not args.skip_timing
     if not on_gpu:
         print(f"{CPU_PATH_NOTE} at small batch; timing skipped")

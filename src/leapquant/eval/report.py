@@ -20,14 +20,15 @@ from . import flush_criterion as criterion
 from . import flush_inputs as inputs
 
 
-# what the reports say when there is no GPU: the CPU path is the reference's own arithmetic
-CPU_PATH_NOTE = ("no CUDA device: judging the CPU path (the fp32 PyTorch flush, the reference's own arithmetic, "
-                 "so ratios near 1.0000 check the harness rather than a kernel)")
+# what the reports say when there is no GPU: the CPU paths are the references' arithmetic (the
+# flush's with its robustness guards), so near-1 ratios check the harness rather than a kernel
+CPU_PATH_NOTE = ("no CUDA device: judging the CPU paths (the fp32 PyTorch flush and step, the references' "
+                 "arithmetic, so ratios near 1.0000 check the harness rather than a kernel)")
 
 
 def environment(device: torch.device) -> dict:
-    """Date, machine, GPU, library versions and the flush kernel that runs (``kernel.choose``),
-    for every JSON the reports write."""
+    """Date, machine, GPU, library versions and the kernels that run the flush (``kernel``) and the
+    step (``step_kernel``) (``kernel.choose``), for every JSON the reports write."""
     env = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(),
@@ -48,6 +49,7 @@ def environment(device: torch.device) -> dict:
     from ..kda.kernel import choose
 
     env["kernel"] = choose(device) if device.type == "cuda" else "cpu (PyTorch flush)"
+    env["step_kernel"] = choose(device, "step") if device.type == "cuda" else "cpu (PyTorch step)"
     return env
 
 

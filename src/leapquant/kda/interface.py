@@ -2,8 +2,8 @@
 decode step (functional ``step``, in-place ``step_inplace``) and ``write_state`` (a prefill's
 fp32 state into a pool slot), all on one caller-owned ``Pool``.
 
-CUDA tensors go through the kernels that ``kernel.choose`` picks (the flush: Gluon on Hopper, the
-portable Triton kernel elsewhere; the step: the portable Triton kernel); CPU tensors through the
+CUDA tensors go through the kernels that ``kernel.choose`` picks (for both operations: Gluon on
+Hopper, the portable Triton kernels elsewhere); CPU tensors through the
 fp32 PyTorch paths (``flush.naive.flush_cpu``, ``step.naive.step_cpu``) with the same semantics.
 The serving loop::
 
@@ -21,7 +21,8 @@ from __future__ import annotations
 import torch
 
 from .flush.naive import flush_cpu, quantize
-from .format import CHECKPOINT_FIELDS, MIXED_WIDTH, TOKEN_FIELDS, WINDOW_FIELDS, check_batch, check_q0, check_tensor
+from .format import (CHECKPOINT_FIELDS, MIXED_WIDTH, TOKEN_FIELDS, WINDOW_FIELDS, check_batch, check_q0, check_tensor,
+                     full_fp32_matmul)
 from .geometry import H, K, L, R, V
 from .pool import Pool, check_call, check_on_pool
 from .step.naive import step_cpu
@@ -313,21 +314,16 @@ def write_state(pool: Pool, idx: torch.Tensor, state: torch.Tensor, q0: torch.Te
     check_on_pool("q0", q0, torch.float32, (V, R), pool)
     pool.check_index(idx)
     rows = (idx > 0).nonzero().squeeze(1)
-    prev = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False  # the compression's products in full fp32
-    try:
-        with torch.no_grad():
-            for start in range(0, rows.numel(), WRITE_CHUNK):
-                part = rows[start : start + WRITE_CHUNK]
-                slots = idx[part].long()
-                S = state[part].transpose(-1, -2)  # [n, H, V, K]
-                for view, value in zip(pool.checkpoint, quantize(S, q0, robust=True)):
-                    view[slots] = value
-                pool.kbuf[slots] = 0
-                pool.ubuf[slots] = 0
-                pool.gbuf[slots] = 1
-                pool.w[slots] = 0
-                pool.pcum[slots] = 0
-                pool.hcnt[slots] = 0
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = prev
+    with full_fp32_matmul(), torch.no_grad():  # the compression's products in full fp32
+        for start in range(0, rows.numel(), WRITE_CHUNK):
+            part = rows[start : start + WRITE_CHUNK]
+            slots = idx[part].long()
+            S = state[part].transpose(-1, -2)  # [n, H, V, K]
+            for view, value in zip(pool.checkpoint, quantize(S, q0, robust=True)):
+                view[slots] = value
+            pool.kbuf[slots] = 0
+            pool.ubuf[slots] = 0
+            pool.gbuf[slots] = 1
+            pool.w[slots] = 0
+            pool.pcum[slots] = 0
+            pool.hcnt[slots] = 0

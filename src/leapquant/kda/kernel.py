@@ -23,6 +23,8 @@ import os
 import torch
 import triton
 
+from .launch import interpreting
+
 KERNELS = ("gluon", "triton")
 OPERATIONS = {"flush": ("gluon", "triton"), "step": ("gluon", "triton")}  # the kernels each operation has
 FORCE_VARIABLE = "LEAPQUANT_KERNEL"
@@ -41,7 +43,7 @@ def _gluon_module(op: str = "flush"):
 
 @functools.lru_cache(maxsize=None)
 def _gluon_runs_on(device: torch.device, op: str = "flush") -> bool:
-    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if device.type != "cuda" or interpreting():
         return False
     if torch.cuda.get_device_capability(device) != (9, 0):
         return False

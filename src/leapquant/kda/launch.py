@@ -17,7 +17,8 @@ from .geometry import H
 
 ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
 ROUND_MAGIC_BITS = 0x4B400000  # the same constant's fp32 bit pattern: int8 -> fp32 by an integer add
-CTAS_PER_SM = 1  # at ~240 registers per thread, one 8-warp flush CTA fills an SM's register file
+GLUON_VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API both Gluon kernels were compiled and run with
+CTAS_PER_SM = 1  # at 255 registers per thread, one 8-warp flush CTA fills an SM's register file
 FLAG_TILE = 16384  # due flags a resident flush CTA gathers at once: 512 slots x 32 heads
 
 

@@ -95,12 +95,14 @@ class Pool:
         """Check slot ids on the host (synchronises). ``idx``: integer tensor ``[N]`` of slot
         ids (entries <= 0 are padding and may repeat), on any device.
 
-        Raises TypeError if ``idx`` is not a tensor; ValueError for an id >= num_slots or a
+        Raises TypeError if ``idx`` is not an integer tensor; ValueError for an id >= num_slots or a
         positive id given twice. ``flush_inplace`` and ``step_inplace`` trust ``idx`` and do not
         check its values (that would synchronise); call this where an engine builds ``idx``.
         Source: SPEC section 7 (NVlabs/kda request conless-leapquant-kda-flush)."""
         if not isinstance(idx, torch.Tensor):
             raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
+        if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+            raise TypeError(f"idx must hold integer slot ids, got {idx.dtype}")
         ids = idx.detach().cpu().long()
         if ids.numel() and int(ids.max()) >= self.num_slots:
             raise ValueError(f"idx holds slot {int(ids.max())}, but the pool has {self.num_slots} slots")

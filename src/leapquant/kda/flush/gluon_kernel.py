@@ -31,9 +31,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_
                                                                  warpgroup_mma_wait)
 
 from ..geometry import DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
-from ..launch import FLAG_TILE, ROUND_MAGIC, ROUND_MAGIC_BITS, checkpoint_strides, pick_words, resident_ctas
+from ..launch import (FLAG_TILE, GLUON_VERIFIED_TRITON, ROUND_MAGIC, ROUND_MAGIC_BITS, checkpoint_strides,
+                      pick_words, resident_ctas)
 
-VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API this module was compiled and run with
+VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 8  # two warpgroups: each holds 64 rows of S
 THIN = gl.constexpr(16)  # thin products' columns: a [N, R] operand's hi, lo and mid parts and R zeros
 PARTS = gl.constexpr(3)  # bf16 parts of each fp32 operand in the subspace products: ~2^-24 relative

@@ -29,7 +29,6 @@ import triton.language as tl
 
 from ..geometry import DEPENDENT_COLUMN, EPS, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
 from ..launch import FLAG_TILE, ROUND_MAGIC, ROUND_MAGIC_BITS, checkpoint_strides, interpreting, pick_words, resident_ctas
-from ..tl_common import mma as _mma
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the thin operands ride in a 16-column block
 LOW_RANK_ROWS = 32  # the low-rank tile: window (L), q_hi (R), q_lo (R), zero rows
@@ -46,6 +45,15 @@ MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (NOTES.md)
 PERSISTENT_POOL = True
 # Gram-Schmidt passes for qk (the iterate, which only needs to span S^T q0): one (NOTES.md)
 QK_TWICE = tl.constexpr(False)
+
+
+@triton.jit
+def _mma(a, b, acc, UPCAST: tl.constexpr):
+    # bf16 (exact) operands on the tensor cores, fp32 accumulation. UPCAST: Triton's CPU
+    # interpreter multiplies bf16 as raw bits; give it fp32 operands
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc)
 
 
 @triton.jit

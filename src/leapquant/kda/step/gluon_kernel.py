@@ -34,10 +34,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy
 
 from ..geometry import H
-from ..launch import STEP_UNSPECIALISED, step_arguments
-from .tl_common import entry_decay, round_bf16, token_side
+from ..launch import GLUON_VERIFIED_TRITON, STEP_UNSPECIALISED, step_arguments
+from .tl_common import entry_decay, round_bf16, token_side, write_entry
 
-VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API this module was compiled and run with
+VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4
 # registers a thread may use: 128 lets 4 CTAs (16 warps) share an SM instead of 3 at the 168 the
 # compiler picks unbounded (H200: -11% at B=256); 96 and 80 (5 and 6 CTAs) spill, +37% and +97%
@@ -87,7 +87,7 @@ def _step_kernel(
     IN_PLACE: gl.constexpr,  # pool form
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
     QM: gl.constexpr, NORM_EPS: gl.constexpr, SCALE: gl.constexpr, SP_THRESHOLD: gl.constexpr,
-    BETA_SMALL: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
+    BETA_SMALL: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,  # (the portable kernel's; CODES_ASM has its own)
 ):
     gl.static_assert(NK == NV)  # one [N] layout serves both sides
     c = gl.program_id(0)
@@ -149,7 +149,7 @@ def _step_kernel(
     # thread) and the tokens' (U' x) [R] (summed across the CTA), x = kn and qn
     live = jw < h
     wl = gl.where(live, w_all, 0.0)
-    kd = gl.where(live[:, None], keys.to(gl.float32), 0.0) * entry_decay(g_after, en, h, jw, True) * wl[:, None]
+    kd = gl.where(live[:, None], keys.to(gl.float32), 0.0) * entry_decay(g_after, en, h, jw) * wl[:, None]
     kd = gl.convert_layout(kd, KEYS)
     kn_keys = gl.convert_layout(kn, gl.SliceLayout(0, KEYS))
     qn_keys = gl.convert_layout(qn, gl.SliceLayout(0, KEYS))
@@ -173,23 +173,11 @@ def _step_kernel(
     u_new = beta * (vt - Skn)
     gl.store(o + out_row + n, round_bf16(Sqn + kq * u_new))
 
-    # the appended entry
+    # the appended entry (pool form) or the fresh outputs
     if IN_PLACE:
-        # every thread has read the window, pcum and the fill count before any is overwritten
-        gl.thread_barrier()
-        gl.store(ubuf + vwin + h * NV + n, round_bf16(u_new))
-        gl.store(kbuf + kwin + h * NK + n, round_bf16(kn))
-        gl.store(gbuf + kwin + h * NK + n, en.to(gl.float16))
-        gl.store(w + prog * NL + jw, gl.full([NL], 1.0, gl.float32, gl.SliceLayout(1, WIN)), mask=jw == h)
-        gl.store(pcum + prog * NK + n, pcum_n)
-        gl.store(fill + prog, h + 1)
-    else:
-        out_k = prog * NK
-        gl.store(u_row + out_row + n, round_bf16(u_new))
-        gl.store(k_row + out_k + n, round_bf16(kn))
-        gl.store(g_row + out_k + n, en.to(gl.float16))
-        gl.store(w_new + prog * NL + jw, gl.where(jw == h, 1.0, w_all))
-        gl.store(pcum_new + out_k + n, pcum_n)
+        gl.thread_barrier()  # every thread has read the window, pcum and the fill count
+    write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, n, jw,
+                kn, u_new, en, pcum_n, w_all, IN_PLACE, NK, NV, NL)
 
 
 def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None):

@@ -179,7 +179,7 @@ def step_reference(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, 
     ``[..., K]``, u_row = u_new bf16 ``[..., V]``, g_row = en fp16 ``[..., K]``, w_new fp32
     ``[..., L]`` (``w`` with entry ``h`` set to 1), pcum_new fp32 ``[..., K]``.
 
-    Raises: nothing of its own; inputs are not validated (``engine.step`` does).
+    Raises: nothing of its own; inputs are not validated (``interface.step`` does).
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-step.
     """
     with _full_fp32_matmul(), torch.no_grad():

@@ -1,7 +1,8 @@
-"""Triton device helpers both decode-step kernels use (the portable kernel, and the Gluon kernel,
-which calls ``@triton.jit`` functions on its own layouts): neutral ground, so that neither kernel
-module imports the other's private helpers. ``token_side`` and ``entry_decay`` are phases of a
-program, named as in ``naive.py``; the rest are element-wise.
+"""Triton device helpers both decode-step kernels call (the portable kernel, and the Gluon kernel,
+which calls ``@triton.jit`` functions on tensors of its own layouts): neutral ground, so that
+neither kernel module imports the other's private helpers. ``token_side``, ``entry_decay`` and
+``write_entry`` are phases of a program (named as in ``naive.py`` where it has them); the rest are
+element-wise. Every helper works on whatever layout its tensors carry.
 
 Rounding: fp32 -> bf16 by round-to-nearest-even on the bits (``round_bf16``), because Triton's CPU
 interpreter truncates in ``.to(tl.bfloat16)``; the compiled kernels run the same code, so the
@@ -18,7 +19,7 @@ BETA_SERIES_BELOW = 0.5  # |b| below this: beta from a series (see beta_bf16)
 
 @triton.jit
 def round_bf16(x):
-    # fp32 -> bf16, round to nearest even, on the bits (finite x); the final cast is exact
+    """fp32 ``x`` (finite) -> bf16, round to nearest even, on the bits; the final cast is exact."""
     bits = x.to(tl.int32, bitcast=True)
     bits = bits + 0x7FFF + ((bits >> 16) & 1)
     return (bits & -65536).to(tl.float32, bitcast=True).to(tl.bfloat16)
@@ -26,8 +27,9 @@ def round_bf16(x):
 
 @triton.jit
 def round_bf16_split(s, err):
-    # bf16 of the exact s + err for s > 0 and |err| <= half an fp32 ulp of s: rounding s alone is
-    # right except where s is a bf16 midpoint, where the sign of err breaks the tie
+    """bf16 of the exact ``s + err`` (fp32, ``s > 0``, ``|err|`` at most half an fp32 ulp of ``s``),
+    returned as fp32: rounding ``s`` alone is right except where ``s`` is a bf16 midpoint, where
+    the sign of ``err`` breaks the tie."""
     bits = s.to(tl.int32, bitcast=True)
     near = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
     tie = (bits & 0xFFFF) == 0x8000
@@ -38,7 +40,9 @@ def round_bf16_split(s, err):
 
 @triton.jit
 def beta_bf16(b, SMALL: tl.constexpr):
-    # sigmoid(b) correctly rounded to bf16 for a bf16 b (as fp32). For |b| < SMALL, sigmoid(b) =
+    """``sigmoid(b)`` correctly rounded to bf16, returned as fp32, for a bf16 ``b`` given as fp32
+    (``naive.beta_bf16``); ``SMALL``: ``BETA_SERIES_BELOW``."""
+    # For |b| < SMALL, sigmoid(b) =
     # 0.5 + t with t = -e1 / (2 (2 + e1)), e1 = expm1(-b) by its Taylor series (degree 9, no exp:
     # the same bits on every backend), accurate to a few ulps of t; 0.5 + t is then split exactly
     # (Fast2Sum) so the bf16 rounding sees t's low bits. sigmoid(b) ~ 0.5 + b/4 puts small bf16 b
@@ -66,8 +70,9 @@ def beta_bf16(b, SMALL: tl.constexpr):
 
 @triton.jit
 def softplus(x, THRESHOLD: tl.constexpr):
-    # log1p(exp(x)) for x <= THRESHOLD, else x; log1p(e) = log(1 + e) * e / ((1 + e) - 1), exact
-    # to a few ulps where 1 + e rounds (Goldberg), e itself where 1 + e == 1
+    """fp32 ``log1p(exp(x))`` for ``x <= THRESHOLD``, else ``x`` (torch's and fla's convention)."""
+    # log1p(e) = log(1 + e) * e / ((1 + e) - 1), exact to a few ulps where 1 + e rounds
+    # (Goldberg), e itself where 1 + e == 1
     e = tl.exp(tl.minimum(x, THRESHOLD))
     one_e = 1.0 + e
     lp = tl.where(one_e == 1.0, e, tl.log(one_e) * (e / (one_e - 1.0)))
@@ -75,18 +80,16 @@ def softplus(x, THRESHOLD: tl.constexpr):
 
 
 @triton.jit
-def codes_fp32(c, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr):
-    # int8 -> fp32 through the fp32 mantissa: an integer add and a float subtract, exact (I2F runs
-    # at a quarter of the FMA rate)
-    return (c.to(tl.int32) + MAGIC_BITS).to(tl.float32, bitcast=True) - MAGIC
-
-
-@triton.jit
 def token_side(qx, kx, a, b, A_log, dt_bias, pcum, tok, qk_row, head, prog, k,
                NH: tl.constexpr, NK: tl.constexpr, NORM_EPS: tl.constexpr, SCALE: tl.constexpr,
                SP_THRESHOLD: tl.constexpr, BETA_SMALL: tl.constexpr):
-    # this token's kn, qn, kn . qn, gate g and en = exp(g), beta, pcum_new and pc = exp(pcum_new)
-    # (naive.normalize_qk and naive.gate)
+    """This token's phase (``naive.normalize_qk``, ``naive.gate``) for program ``prog`` = (slot,
+    ``head``) serving token row ``tok``: loads ``kx``/``qx`` (bf16, row stride ``qk_row``), ``a``
+    (bf16 ``[N, H, K]``), ``b`` (bf16 ``[N, H]``), ``A_log`` (fp32 ``[H]``), ``dt_bias`` (fp32
+    ``[H, K]``) and the program's ``pcum`` (fp32 ``[K]``) at the [K] offsets ``k`` (any layout).
+    Returns ``(kn, qn, kn . qn, g, en, beta, pcum_new, pc)``: [K] fp32 vectors in ``k``'s layout
+    (``g`` the log-space gate, ``en = exp(g)``, ``pc = exp(pcum_new)``) and the scalars ``kn .
+    qn`` and ``beta`` (bf16-exact, as fp32)."""
     kt = tl.load(kx + tok * qk_row + head * NK + k).to(tl.float32)
     qt = tl.load(qx + tok * qk_row + head * NK + k).to(tl.float32)
     xg = tl.load(a + (tok * NH + head) * NK + k).to(tl.float32) + tl.load(dt_bias + head * NK + k)
@@ -103,14 +106,39 @@ def token_side(qx, kx, a, b, A_log, dt_bias, pcum, tok, qk_row, head, prog, k,
 
 
 @triton.jit
-def entry_decay(g_after, en, h, j, REVERSED: tl.constexpr):
-    # D_j = en * prod_{j < i < h} gbuf_i for live entries j < h, 0 beyond (naive.entry_decay).
-    # j [L]: the entry each row holds; g_after [L, K]: gbuf of entry j + 1 in that row (1 past the
-    # window). REVERSED: the rows hold entries L - 1 .. 0, so the product runs forward along them
-    # (Triton 3.6 lowers a forward scan along in-thread rows without shuffles, a reverse one not)
+def entry_decay(g_after, en, h, j):
+    """``D_j = en * prod_{j < i < h} gbuf_i`` for live entries ``j < h``, 0 beyond
+    (``naive.entry_decay``), fp32 ``[L, K]``. ``j`` [L]: the entry each row holds, entries
+    ``L - 1 .. 0`` (reversed, so that the product runs forward along the rows: Triton 3.6 lowers a
+    forward scan along in-thread rows without shuffles, a reverse one with them); ``g_after``
+    [L, K]: in that row, gbuf of entry ``j + 1`` (fp16; the row of entry ``L - 1`` is never read:
+    any value); ``en`` [K] this token's decay; ``h`` the fill count."""
     g_live = tl.where((j[:, None] + 1) < h, g_after.to(tl.float32), 1.0)
-    if REVERSED:
-        decay = tl.cumprod(g_live, axis=0)
+    return tl.where((j < h)[:, None], tl.cumprod(g_live, axis=0) * en[None, :], 0.0)
+
+
+@triton.jit
+def write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new,
+                prog, out_row, h, n, j, kn, u_new, en, pcum_n, w_all, IN_PLACE: tl.constexpr,
+                NK: tl.constexpr, NV: tl.constexpr, NL: tl.constexpr):
+    """The step's window entry: in pool form (``IN_PLACE``) appended in place -- ``kbuf``, ``ubuf``,
+    ``gbuf`` row ``h`` of program ``prog`` (bf16 ``kn``, bf16 ``u_new``, fp16 ``en``), ``w[h] = 1``,
+    ``pcum = pcum_new``, ``fill = h + 1`` (the caller has made every thread's reads of them happen
+    first); in functional form the fresh outputs ``k_row``, ``u_row`` (row ``out_row``), ``g_row``,
+    ``w_new`` (``w_all`` with entry ``h`` set to 1) and ``pcum_new``. ``n`` [K] (= [V]) and ``j``
+    [L] are the offsets, in the layouts of the vectors stored."""
+    if IN_PLACE:
+        kwin = prog * (NL * NK)
+        tl.store(ubuf + prog * (NL * NV) + h * NV + n, round_bf16(u_new))
+        tl.store(kbuf + kwin + h * NK + n, round_bf16(kn))
+        tl.store(gbuf + kwin + h * NK + n, en.to(tl.float16))
+        tl.store(w + prog * NL + j, (j * 0 + 1).to(tl.float32), mask=j == h)  # ones in j's layout
+        tl.store(pcum + prog * NK + n, pcum_n)
+        tl.store(fill + prog, h + 1)
     else:
-        decay = tl.cumprod(g_live, axis=0, reverse=True)
-    return tl.where((j < h)[:, None], decay * en[None, :], 0.0)
+        out_k = prog * NK
+        tl.store(u_row + out_row + n, round_bf16(u_new))
+        tl.store(k_row + out_k + n, round_bf16(kn))
+        tl.store(g_row + out_k + n, en.to(tl.float16))
+        tl.store(w_new + prog * NL + j, tl.where(j == h, 1.0, w_all))
+        tl.store(pcum_new + out_k + n, pcum_n)

@@ -26,8 +26,8 @@ Bytes per program (the floor): checkpoint 19,456 (codes 16,384, s_k 512, s_v 512
 + window 12,864 (kbuf, ubuf, gbuf 4,096 each, w 64, pcum 512) + token 1,030 (qx, kx, vx, a 256
 each, b 2, fill count 4) + writes 1,544 (o, k_row, u_row, g_row 256 each, pcum 512, one w word
 and the fill count, 4 each) = 34,894 B = 34.1 KiB. ``A_log`` and ``dt_bias`` (516 B per head)
-are shared by all sequences and come from L2. Rounding and the element-wise helpers both step
-kernels share: ``tl_common.py``.
+are shared by all sequences and come from L2. Rounding and the helpers both step kernels call:
+``tl_common.py``.
 
 Two forms, one kernel: functional (program ``(b, head)`` reads ``h`` from an int32 ``[B, H]``
 tensor and writes six fresh outputs) and pool (``IN_PLACE``: program ``(i, head)`` serves slot
@@ -47,9 +47,17 @@ import triton.language as tl
 
 from ..geometry import H
 from ..launch import STEP_UNSPECIALISED, step_arguments
-from .tl_common import codes_fp32, entry_decay, round_bf16, token_side
+from .tl_common import entry_decay, round_bf16, token_side, write_entry
 
 NUM_WARPS = 4
+
+
+@triton.jit
+def _codes_fp32(c, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr):
+    # int8 -> fp32 through the fp32 mantissa: an integer add and a float subtract, exact (I2F runs
+    # at a quarter of the FMA rate)
+    return (c.to(tl.int32) + MAGIC_BITS).to(tl.float32, bitcast=True) - MAGIC
+
 
 
 # the same arguments as the Gluon kernel's (``launch.step_arguments``), in the same order
@@ -113,7 +121,7 @@ def _step_kernel(
     # for x = kn and qn, fp32 on the CUDA cores (naive.step_products)
     live = j < h
     wl = tl.where(live, w_all, 0.0)
-    kd = tl.where(live[:, None], keys.to(tl.float32), 0.0) * entry_decay(g_after, en, h, j, True) * wl[:, None]
+    kd = tl.where(live[:, None], keys.to(tl.float32), 0.0) * entry_decay(g_after, en, h, j) * wl[:, None]
     pk = tl.sum(kd * kn[None, :], axis=1)
     pq = tl.sum(kd * qn[None, :], axis=1)
     up = uu.to(tl.float32) * pc[None, :]
@@ -123,7 +131,7 @@ def _step_kernel(
     # the value side: S x = s_v * (C (f * x)) + ubuf^T (projections) + Q^T (U' x), f = s_k pc / 127;
     # the codes are exact in fp32 and both products share one conversion
     f = s_kr * pc * (1.0 / QM)
-    cf = codes_fp32(cb, MAGIC, MAGIC_BITS)
+    cf = _codes_fp32(cb, MAGIC, MAGIC_BITS)
     vl = tl.where(live[:, None], vals.to(tl.float32), 0.0)
     qf = qq.to(tl.float32)
     Skn = tl.sum(cf * (f * kn)[None, :], axis=1) * s_vr + tl.sum(vl * pk[:, None], axis=0) + tl.sum(qf * tk[:, None], axis=0)
@@ -131,23 +139,11 @@ def _step_kernel(
     u_new = beta * (vt - Skn)
     tl.store(o + out_row + v, round_bf16(Sqn + kq * u_new))
 
-    # the appended entry
+    # the appended entry (pool form) or the fresh outputs
     if IN_PLACE:
-        # every thread has read the window, pcum and the fill count before any is overwritten
-        tl.debug_barrier()
-        tl.store(ubuf + vwin + h * NV + v, round_bf16(u_new))
-        tl.store(kbuf + kwin + h * NK + k, round_bf16(kn))
-        tl.store(gbuf + kwin + h * NK + k, en.to(tl.float16))
-        tl.store(w + prog * NL + j, tl.full([NL], 1.0, dtype=tl.float32), mask=j == h)
-        tl.store(pcum + prog * NK + k, pcum_n)
-        tl.store(fill + prog, h + 1)
-    else:
-        out_k = prog * NK
-        tl.store(u_row + out_row + v, round_bf16(u_new))
-        tl.store(k_row + out_k + k, round_bf16(kn))
-        tl.store(g_row + out_k + k, en.to(tl.float16))
-        tl.store(w_new + prog * NL + j, tl.where(j == h, 1.0, w_all))
-        tl.store(pcum_new + out_k + k, pcum_n)
+        tl.debug_barrier()  # every thread has read the window, pcum and the fill count
+    write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, k, j,
+                kn, u_new, en, pcum_n, w_all, IN_PLACE, NK, NV, NL)
 
 
 def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None):
