@@ -3,7 +3,7 @@
 # of each flush kernel, the decode step against its floor and fla's fp32-state decode, and the
 # decode loop against fla over 16 windows (carry .whl: the fla-core and einops wheels, see README). Full logs under $OUT (./out when unset): the text logs in one file, h200.log, beside the
 # JSON, markdown and figure outputs, so that few files carry everything; a short table last.
-#   bash scripts/h200.sh [--sweep] [--ncu] [--ncu-step] [--step-variants] [--precision] [--bytes-only] [--kernels-hub]
+#   bash scripts/h200.sh [--ncu] [--ncu-step] [--step-variants] [--precision] [--bytes-only] [--kernels-hub]
 # --ncu-step: Nsight Compute on the default decode-step kernel at B=256 (ncu_step.txt)
 # --step-variants: Gluon step kernel variants A/B (scripts/experiments/step_variants.py; STEP_VARIANTS: its arguments)
 # --kernels-hub: the Hugging Face `kernels` loading tests and README's snippet (needs `kernels`
@@ -29,7 +29,6 @@ for opt in "$@"; do
     --kernels-hub) python3 -m pytest -q -rs tests/test_kernels_load.py tests/test_kernels_build.py > "$OUT/kernels_hub.log" 2>&1
                    echo "kernels loading tests: $(tail -n 1 "$OUT/kernels_hub.log")"
                    python3 -c "$(sed -n "/^python -c '\$/,/^'\$/p" README.md | sed '1d;$d')" 2>&1 | tee -a "$OUT/kernels_hub.log" | tail -n 2 ;;
-    --sweep) python3 scripts/experiments/sweep.py ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1; grep -E "num_warps|bandwidth|Error" "$OUT/sweep.log" ;;
     --ncu) ncu --clock-control none --kernel-name regex:_flush_kernel --launch-skip 1 --launch-count 1 \
              --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
              --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
@@ -64,6 +63,6 @@ echo "decode loop vs fla (exit $?):"; tail -n 17 "$OUT/decode_loop.log"
 echo "default kernel:"
 timeout ${BENCH_S:-150} python3 -m leapquant.bench --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -n 34
 # one text log (the device machine returns a handful of files)
-for f in env.txt pytest_gpu.log kernels_hub.log sweep.log ncu_run.log ncu.txt ncu_step.txt step_variants.log bytes_only.log precision.log decode_loop.log bench_triton.log bench.log; do
+for f in env.txt pytest_gpu.log kernels_hub.log ncu_run.log ncu.txt ncu_step.txt step_variants.log bytes_only.log precision.log decode_loop.log bench_triton.log bench.log; do
   if [ -f "$OUT/$f" ]; then echo "===== $f"; cat "$OUT/$f"; rm "$OUT/$f"; fi
 done > "$OUT/h200.log"
