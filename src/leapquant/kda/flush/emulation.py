@@ -49,6 +49,30 @@ def split_bf16(x: torch.Tensor, parts: int) -> list[torch.Tensor]:
     return out
 
 
+FIXED_DIGITS = 6  # "fixed": 7-bit digits of each thin column below its power-of-two scale
+
+
+def fixed_point_product(C: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """``C t`` for the int8 codes ``C`` (as fp32, ``[..., M, N]``) and a thin fp32 ``t`` ``[..., N, R]``
+    as the integer tensor cores would take it (the decode step's Gluon kernel, branch step-imma):
+    each column of ``t`` in ``FIXED_DIGITS`` 7-bit digits below a power of two ``2^(e+6) >= 2 max
+    |column|`` (every step exact in fp32), exact integer sums, recombined in fp32. Error: under
+    ``2^-41`` of the column's scale times ``sum |c|``, plus fp32 rounding."""
+    top = t.abs().amax(-2, keepdim=True).contiguous().view(torch.int32) >> 23
+    inv = (torch.clamp(259 - top, max=254) << 23).view(F32)  # 2^(5 - E), E = exponent of max |t|
+    rest = t * inv
+    digits = []
+    for _ in range(FIXED_DIGITS):
+        d = torch.round(rest)  # half to even, as the kernel's magic-number rounding
+        digits.append(d)
+        rest = (rest - d) * 128.0
+    acc = (C.double() @ torch.cat(digits, -1).double()).to(F32)  # exact: |sums| < 2^21
+    out = acc[..., (FIXED_DIGITS - 1) * t.shape[-1]:]
+    for p in range(FIXED_DIGITS - 2, -1, -1):  # Horner from the smallest digit
+        out = acc[..., p * t.shape[-1]:(p + 1) * t.shape[-1]] + out * (1.0 / 128.0)
+    return out * (1.0 / inv)
+
+
 def _three(x: torch.Tensor) -> torch.Tensor:
     """``x`` as the sum of its three bf16 parts (what the tensor cores see of it)."""
     hi, mid, lo = split_bf16(x, 3)
@@ -85,10 +109,11 @@ def rebuild_factors(s_k, u, q, kbuf, ubuf, gbuf, w, pcum):
     return f, A, KU
 
 
-def thin_products(C, s_v, f, A, KU, x, transpose: bool, parts: int = 3) -> torch.Tensor:
+def thin_products(C, s_v, f, A, KU, x, transpose: bool, parts: int | str = 3) -> torch.Tensor:
     """``S^T x`` (``transpose``; x ``[..., V, R]`` -> ``[..., K, R]``) or ``S x`` (x ``[..., K, R]`` ->
     ``[..., V, R]``) on the factors: the codes ``C`` (fp32, exact) against the thin operand split into
-    ``parts`` bf16 parts (exact products, fp32 sums), the low-rank tile in fp32."""
+    ``parts`` bf16 parts (exact products, fp32 sums), or in fixed point (``parts="fixed"``,
+    ``fixed_point_product``), the low-rank tile in fp32."""
     # the corrections' fp32 x fp32 products as the kernel takes them: both sides as three bf16
     # parts (exact part products, fp32 sums), ~2^-24
     x3, KU3 = _three(x), _three(KU)
@@ -100,6 +125,8 @@ def thin_products(C, s_v, f, A, KU, x, transpose: bool, parts: int = 3) -> torch
         big = C
         t, outer = f.unsqueeze(-1) * x, s_v
         corr = A.transpose(-1, -2) @ _three(KU3 @ x3)
+    if parts == "fixed":
+        return outer.unsqueeze(-1) * fixed_point_product(big, t) + corr
     # the parts side by side: one product of N = 4 * parts columns, then each column group scaled
     # by the outer scale; the correction joins the first group before the group sum
     groups = big @ torch.cat(split_bf16(t, parts), -1)  # [..., N, 4 * parts]
@@ -185,11 +212,12 @@ def scales_and_codes(E: torch.Tensor):
     return codes, s_k, s_v
 
 
-def flush_emulated(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, parts: int = 3):
+def flush_emulated(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, parts: int | str = 3):
     """The flush (SPEC section 4) in the kernel's arithmetic on the factors, batched over any
     leading dims (``[B, H]``); same arguments and results as ``naive.reference``. ``parts``: bf16
     parts of the thin operand in the three subspace products (3: fp32 class; 2: ~2^-16; 1: a
-    single bf16 operand). The state S is never formed before E."""
+    single bf16 operand; "fixed": the integer tensor cores' fixed-point digits, under evaluation
+    for the Gluon kernel). The state S is never formed before E."""
     with torch.no_grad():
         C = codes.to(F32)
         f, A, KU = rebuild_factors(s_k, u, q, kbuf, ubuf, gbuf, w, pcum)
