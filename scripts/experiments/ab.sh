@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B of kernel versions in one device call (NOTES items 43-57). Each version's package is a copy
+# A/B of kernel versions in one device call (NOTES items 43-57), the flush's and the step's figures. Each version's package is a copy
 # of src/leapquant at ab/<name>/leapquant: an untracked folder in the checkout, so that the device
 # run carries it (delete it before committing). Run from the repository root:
 #   bash scripts/experiments/ab.sh BASE CANDIDATE [CANDIDATE ...]
@@ -44,15 +44,20 @@ done
 python3 - "$OUT" "$base" "$@" <<'PY'
 import json, sys
 out, names = sys.argv[1], sys.argv[2:]
-print("version rep  all PASS  B=16 ms (x floor)  B=512 ms (x floor)  nothing due ms  1 in 16 due ms")
+print("version rep  all PASS  flush B=16 ms (x floor)  flush B=512 ms (x floor)  nothing due ms  1 in 16 due ms"
+      "  step B=16 ms (x floor)  step B=512 ms (x floor)")
 for rep in (1, 2):
     for name in names:
         d = json.load(open(f"{out}/ab_{name}_{rep}.json"))
         rows = {r["batch_size"]: r for r in d["rows"]}
+        steps = {r["batch_size"]: r for r in d.get("step_rows", [])}
         steady = [s["median_ms"] for s in d["steady_state"]]
         cells = [f"{rows[b]['flush']['median_ms']:.4f} ({rows[b]['flush']['median_ms'] / rows[b]['floor_ms']:.2f})"
                  for b in (16, 512)]
-        ok = all(r["ok"] for r in d["rows"])
-        print(f"{name:7s} {rep:3d}  {str(ok):8s}  {cells[0]:>17s}  {cells[1]:>18s}  {steady[0]:14.4f}  {steady[1]:14.4f}")
+        cells += [f"{steps[b]['step']['median_ms']:.4f} ({steps[b]['step']['median_ms'] / steps[b]['floor_ms']:.2f})"
+                  if b in steps else "-" for b in (16, 512)]
+        ok = all(r["ok"] for r in d["rows"]) and all(r["ok"] for r in d.get("step_rows", []))
+        print(f"{name:7s} {rep:3d}  {str(ok):8s}  {cells[0]:>23s}  {cells[1]:>24s}  {steady[0]:14.4f}  {steady[1]:14.4f}"
+              f"  {cells[2]:>22s}  {cells[3]:>23s}")
 PY
 rm -f "$saved"
