@@ -11,7 +11,7 @@
 # folder is missing or BASE's outputs cannot be saved; read the compare lines and test counts above
 # the table for the rest.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."  # the repository root
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}
 mkdir -p "$OUT"

@@ -55,9 +55,10 @@ FIXED_DIGITS = 6  # "fixed": 7-bit digits of each thin column below its power-of
 def fixed_point_product(C: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """``C t`` for the int8 codes ``C`` (as fp32, ``[..., M, N]``) and a thin fp32 ``t`` ``[..., N, R]``
     as the integer tensor cores would take it (the decode step's Gluon kernel, branch step-imma):
-    each column of ``t`` in ``FIXED_DIGITS`` 7-bit digits below a power of two ``2^(e+6) >= 2 max
-    |column|`` (every step exact in fp32), exact integer sums, recombined in fp32. Error: under
-    ``2^-41`` of the column's scale times ``sum |c|``, plus fp32 rounding."""
+    each column scaled by ``2^(5 - E)``, ``E = floor(log2 max |column|)``, then ``FIXED_DIGITS``
+    digits (``|d| <= 64``, the top one of unit ``2^(E - 5)``, each next one 128 times finer; every
+    step exact in fp32), exact integer sums, recombined in fp32. Error: under ``2^(E - 41)`` times
+    ``sum |c|``, plus fp32 rounding."""
     top = t.abs().amax(-2, keepdim=True).contiguous().view(torch.int32) >> 23
     inv = (torch.clamp(259 - top, max=254) << 23).view(F32)  # 2^(5 - E), E = exponent of max |t|
     rest = t * inv

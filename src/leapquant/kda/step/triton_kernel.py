@@ -59,7 +59,6 @@ def _codes_fp32(c, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr):
     return (c.to(tl.int32) + MAGIC_BITS).to(tl.float32, bitcast=True) - MAGIC
 
 
-
 # the same arguments as the Gluon kernel's (``launch.step_arguments``), in the same order
 @triton.jit(do_not_specialize=STEP_UNSPECIALISED)
 def _step_kernel(
@@ -79,6 +78,7 @@ def _step_kernel(
     QM: tl.constexpr, NORM_EPS: tl.constexpr, SCALE: tl.constexpr, SP_THRESHOLD: tl.constexpr,
     BETA_SMALL: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
 ):
+    tl.static_assert(NK == NV)  # write_entry's one [N] offset serves both sides
     c = tl.program_id(0)
     row = c // NH  # batch row (functional) or entry of idx (pool)
     head = c % NH
