@@ -18,7 +18,7 @@ from triton.compiler import ASTSource
 
 from leapquant.kda.flush import triton_kernel as flush
 from leapquant.kda.geometry import HEAD_WORDS, SLOT_WORDS, H, K, R, V
-from leapquant.kda.launch import step_constants
+from leapquant.kda.launch import STEP_CONSTANTS
 
 POINTERS = {
     "codes_in": "*i8", "sk_in": "*fp32", "sv_in": "*fp32", "u_in": "*fp16", "q_in": "*fp16",
@@ -73,7 +73,7 @@ def compile_step(in_place: bool, gluon: bool = False):
     fn = st._step_kernel
     params = [p.name for p in fn.params]
     strides = POOL_STRIDES if in_place else DENSE_STRIDES
-    consts = {**strides, "IN_PLACE": in_place, **step_constants()}
+    consts = {**strides, "IN_PLACE": in_place, **STEP_CONSTANTS}
     sig = {name: STEP_POINTERS.get(name, "constexpr") for name in params}
     # the pointers the runtime specialises on are 16-byte aligned (the pool's views and dense tensors)
     unspecialised = set(fn.do_not_specialize) | {"qk_row", "v_row", "num_programs", "ctas"}

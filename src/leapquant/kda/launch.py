@@ -13,7 +13,10 @@ import os
 
 import torch
 
-from .geometry import H
+from .format import CHECKPOINT_FIELDS
+from .geometry import H, K, L, QMAX, R, V
+from .step.naive import QK_NORM_EPS, QK_SCALE, SOFTPLUS_THRESHOLD
+from .step.tl_common import BETA_SERIES_BELOW
 
 ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
 ROUND_MAGIC_BITS = 0x4B400000  # the same constant's fp32 bit pattern: int8 -> fp32 by an integer add
@@ -62,8 +65,6 @@ def step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=N
     the same ones), constants included; arguments and semantics as ``step.triton_kernel.launch_step``.
     In pool form (``idx`` given) the unused output pointers are ``o``; in functional form the
     unused ``idx`` is ``fill``."""
-    from .format import CHECKPOINT_FIELDS
-
     qx, kx, vx, a, b = token
     kbuf, ubuf, gbuf, w, pcum = window
     in_place = idx is not None
@@ -73,16 +74,11 @@ def step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=N
         qx=qx, kx=kx, vx=vx, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
         o=o, k_row=k_row, u_row=u_row, g_row=g_row, w_new=w_new, pcum_new=pcum_new,
         idx=idx if in_place else fill, qk_row=qx.stride(0), v_row=vx.stride(0),
-        **checkpoint_strides(*ckpt), IN_PLACE=in_place, **step_constants(),
+        **checkpoint_strides(*ckpt), IN_PLACE=in_place, **STEP_CONSTANTS,
     )
 
 
-def step_constants() -> dict:
-    """The decode-step kernels' geometry and numeric constants, by their constexpr names."""
-    from .geometry import K, L, QMAX, R, V
-    from .step.tl_common import BETA_SERIES_BELOW
-    from .step.naive import QK_NORM_EPS, QK_SCALE, SOFTPLUS_THRESHOLD
-
-    return dict(NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), NORM_EPS=QK_NORM_EPS, SCALE=QK_SCALE,
-                SP_THRESHOLD=SOFTPLUS_THRESHOLD, BETA_SMALL=BETA_SERIES_BELOW, MAGIC=ROUND_MAGIC,
-                MAGIC_BITS=ROUND_MAGIC_BITS)
+# the decode-step kernels' geometry and numeric constants, by their constexpr names
+STEP_CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), NORM_EPS=QK_NORM_EPS, SCALE=QK_SCALE,
+                      SP_THRESHOLD=SOFTPLUS_THRESHOLD, BETA_SMALL=BETA_SERIES_BELOW, MAGIC=ROUND_MAGIC,
+                      MAGIC_BITS=ROUND_MAGIC_BITS)
