@@ -1,6 +1,7 @@
 """Seeded draws shared by the input families of the flush and the step (``flush_inputs``,
 ``step_inputs``): a generator on a device, and the structured checkpoint both requests define
-(full-range codes, a hot value row, Compensator Tokens) and the random family's state.
+(full-range codes, a hot value row, Compensator Tokens) with its scaled edge heads, and the
+random family's state.
 
 Sources: NVlabs/kda requests conless-leapquant-kda-flush and conless-leapquant-kda-step.
 """
@@ -43,6 +44,19 @@ def structured_checkpoint(d: Draw, B: int) -> dict:
         "u": (d.normal(B, H, R, K) * 0.5).half(),
         "q": (d.normal(B, H, R, V) * 0.5).half(),
     }
+
+
+def scale_edge_heads(x: dict, tiny: int, huge: int, decayed: int) -> None:
+    """The structured families' scaled heads, as both requests define them, in place: head
+    ``tiny``'s s_k x1e-4, u x1e-2, ubuf x1e-4; head ``huge``'s s_k x300, u x17, ubuf x300; head
+    ``decayed``'s pcum - 200."""
+    x["s_k"][:, tiny] *= 1e-4
+    x["u"][:, tiny] *= 1e-2
+    x["ubuf"][:, tiny] *= 1e-4
+    x["s_k"][:, huge] *= 300
+    x["u"][:, huge] *= 17
+    x["ubuf"][:, huge] *= 300
+    x["pcum"][:, decayed] -= 200
 
 
 def random_state(d: Draw, B: int) -> dict:

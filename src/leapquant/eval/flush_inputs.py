@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .draw import HOT_ROW, Draw, random_state, structured_checkpoint  # noqa: F401 (HOT_ROW: the family's hot row, read by tests)
+from .draw import HOT_ROW, Draw, random_state, scale_edge_heads, structured_checkpoint  # noqa: F401 (HOT_ROW: the family's hot row, read by tests)
 from ..kda.format import CHECKPOINT_FIELDS, WINDOW_FIELDS
 from ..kda.geometry import H, K, L, QMAX, R, V
 
@@ -58,16 +58,10 @@ def structured(B: int, device="cpu", seed: int = 0) -> dict:
     x["w"][:, RANK1, 1:] = 0
     x["w"][:, ZERO] = 0
     x["w"][:, RANK2, 2:] = 0
-    x["s_k"][:, TINY] *= 1e-4
-    x["u"][:, TINY] *= 1e-2
-    x["ubuf"][:, TINY] *= 1e-4
-    x["s_k"][:, HUGE] *= 300
-    x["u"][:, HUGE] *= 17
-    x["ubuf"][:, HUGE] *= 300
+    scale_edge_heads(x, TINY, HUGE, DECAYED)
     x["codes"][:, RANK1_NOISE] = (d.normal(B, V, K) * 40).round().clamp(-QMAX, QMAX).to(torch.int8)
     x["s_k"][:, RANK1_NOISE] *= 1e-6
     x["w"][:, RANK1_NOISE, 1:] = 0
-    x["pcum"][:, DECAYED] -= 200
     x["gbuf"][:, NO_DECAY, :, :NO_DECAY_CHANNELS] = 1
     x["pcum"][:, NO_DECAY, :NO_DECAY_CHANNELS] = 0
     return x

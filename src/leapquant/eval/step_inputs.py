@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .draw import Draw, random_state, structured_checkpoint
+from .draw import Draw, random_state, scale_edge_heads, structured_checkpoint
 from ..kda.geometry import H, K, L, V
 
 STEP_ARGS = ("codes", "s_k", "s_v", "u", "q", "kbuf", "ubuf", "gbuf", "w", "pcum", "h",
@@ -79,13 +79,7 @@ def structured(B: int, device="cpu", seed: int = 0) -> dict:
     x["codes"][:, EMPTY_ZERO_CODES] = 0
     for name in ("codes", "u", "q"):
         x[name][:, ZERO_STATE] = 0
-    x["s_k"][:, TINY] *= 1e-4
-    x["u"][:, TINY] *= 1e-2
-    x["ubuf"][:, TINY] *= 1e-4
-    x["s_k"][:, HUGE] *= 300
-    x["u"][:, HUGE] *= 17
-    x["ubuf"][:, HUGE] *= 300
-    x["pcum"][:, DECAYED] -= 200
+    scale_edge_heads(x, TINY, HUGE, DECAYED)
     x.update(tokens(B, device, seed + 1))
     x.update(model_params(device))
     return x
