@@ -52,6 +52,7 @@ def test_bytes_only_probe_compiles_with_the_kernels_staging():
 
 def test_gluon_is_never_chosen_off_hopper():
     assert kernel.choose("cpu") == "triton"
+    assert kernel.runnable("cpu") == kernel.runnable("cpu", "step") == ("triton",)
 
 
 @pytest.mark.parametrize("in_place", [False, True], ids=["functional", "pool"])

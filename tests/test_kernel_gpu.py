@@ -15,9 +15,7 @@ pytestmark = [requires_cuda, pytest.mark.gpu]
 
 
 def _runnable():
-    if not torch.cuda.is_available():
-        return ["triton"]
-    return [k for k in kernel_mod.KERNELS if k == "triton" or kernel_mod._gluon_runs_on(torch.device("cuda"))]
+    return list(kernel_mod.runnable("cuda")) if torch.cuda.is_available() else ["triton"]
 
 
 @pytest.fixture(autouse=True, params=_runnable())

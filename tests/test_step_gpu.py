@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 def _kernels():
     from leapquant.kda import kernel
 
-    return [k for k in kernel.OPERATIONS["step"] if k == "triton" or kernel._gluon_runs_on(torch.device("cuda"), "step")]
+    return kernel.runnable("cuda", "step")
 
 
 @pytest.mark.parametrize("kernel", ["gluon", "triton"])

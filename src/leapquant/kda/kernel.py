@@ -36,7 +36,7 @@ GLUON_BY_DEFAULT = True
 
 def _gluon_module(op: str = "flush"):
     try:
-        return importlib.import_module(f".{op}.gluon_kernel", __package__)
+        return module("gluon", op)
     except Exception:  # a triton without Gluon, or whose Gluon API the module does not fit
         return None
 
@@ -49,6 +49,16 @@ def _gluon_runs_on(device: torch.device, op: str = "flush") -> bool:
         return False
     gluon = _gluon_module(op)
     return gluon is not None and triton.__version__ in gluon.VERIFIED_TRITON
+
+
+def runnable(device, op: str = "flush") -> tuple[str, ...]:
+    """The kernels of ``op`` (``"flush"`` or ``"step"``) that can run on ``device``: the portable
+    one always, the Gluon one where ``_gluon_runs_on`` holds; in ``OPERATIONS`` order. Raises
+    ValueError for an unknown ``op``."""
+    if op not in OPERATIONS:
+        raise ValueError(f"unknown operation {op!r}: expected one of {tuple(OPERATIONS)}")
+    device = torch.device(device)
+    return tuple(k for k in OPERATIONS[op] if k == "triton" or _gluon_runs_on(device, op))
 
 
 def choose(device, op: str = "flush") -> str:
