@@ -1,18 +1,31 @@
 """Gluon kernel of the LeapQuant KDA flush for Hopper (sm_90a): one program = one (slot, head).
 
-The same phases as the portable Triton kernel (``triton_kernel.py``), with the layouts chosen by hand:
-``S`` [V, K] lives in the wgmma accumulator of two warpgroups (64 fp32 registers per thread);
-the rebuild and the residual are wgmma products whose small operands (window, tokens) sit in
-shared memory; the subspace products read ``S`` once stored in shared memory as three bf16 parts
-(the transposed products through the operand descriptor, no register copies); the orthonormal
-bases come from a Cholesky QR whose 4 x 4 Gram matrix is summed in fp64, so a pass costs one
-reduction (shared out over the warps) instead of one per Gram-Schmidt step (qv gets a second
-pass when ill-conditioned, dependent columns a Gram-Schmidt fallback); S's three bf16 parts are
-split in fp32 arithmetic, since Hopper runs conversion instructions at a fraction of the fp32
-rate; the next program's inputs are copied (cp.async) into a staging area, its window values
-straight into the rebuild's operand, while the current one computes; the column sums of |E| take
-one exchange through shared memory, in the order gl.sum would add them, instead of three shuffle
-rounds and a cross-warp stage.
+Flush v3: the subspace products run on the old checkpoint's factors, never on a rebuilt state
+(the formulation of ``triton_kernel.py`` and ``emulation.py``; SPEC section 4):
+
+    S     = diag(s_v) C diag(f) + A^T KU,     f = s_k exp(pcum) / 127
+    S^T x = f * (C^T (s_v * x)) + KU^T (A x)        x = q0 or qv   [K, R]
+    S y   = s_v * (C (f * y))   + A^T (KU y)        y = qk         [V, R]
+    E     = (C s_v s_k / 127 + q^T u) exp(pcum) + ubuf^T (w kbuf D) - q_new^T u_new   (formed once, at the end)
+
+with the 32-row low-rank tile A = [ubuf (16); q_hi (4); q_lo (4); 0] [32, V] (exact in bf16) and
+KU = [w_j kbuf_j D_j (16); U' (4); U' (4); 0] [32, K], U' = u exp(pcum).
+
+- The codes are copied once a program into shared memory as bf16 (exact: |c| <= 127), the only
+  128 x 128 operand; both orientations come from the wgmma operand descriptor.
+- The thin operand (s_v x or f y) goes in as three bf16 parts side by side (one wgmma, N = 16):
+  exact products, fp32 accumulation.
+- The low-rank corrections: the 32 inner products A x (or KU y) on the CUDA cores in fp32 (four rows
+  a warp), then one or two small wgmmas against KU^T (two bf16 parts) or A^T (exact). KU's two
+  parts (~2^-16) touch only the bases and u; E takes the old tokens exactly (fp16 x fp16) and the
+  window keys as v2 did (two parts), so an error in u only changes E, which is quantised as
+  formed.
+- The bases: Cholesky QR with the 4 x 4 Gram matrix summed in fp64 (one reduction a pass; qv gets
+  a second pass when ill-conditioned, dependent columns a Gram-Schmidt fallback), each column of
+  a thin product first scaled by its own power of two (scale-free: no max|S|).
+- E is formed once, after the iteration, in the wgmma accumulator of two warpgroups; nothing the
+  size of S is live during the iteration.
+- The next program's inputs are copied (cp.async) into a staging area while this one computes.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
@@ -30,28 +43,39 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-from ..geometry import DEPENDENT_COLUMN, EPS, GUARD_FROM_EXP, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
+from ..geometry import DEPENDENT_COLUMN, EPS, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
 from ..launch import (FLAG_TILE, GLUON_VERIFIED_TRITON, ROUND_MAGIC, ROUND_MAGIC_BITS, checkpoint_strides,
                       pick_words, resident_ctas)
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
-NUM_WARPS = 8  # two warpgroups: each holds 64 rows of S
+NUM_WARPS = 8  # two warpgroups: each holds 64 rows of E
 THIN = gl.constexpr(16)  # thin products' columns: a [N, R] operand's hi, lo and mid parts and R zeros
-PARTS = gl.constexpr(3)  # bf16 parts of each fp32 operand in the subspace products: ~2^-24 relative
+LOW_RANK = gl.constexpr(32)  # rows of the low-rank tiles A and KU
 # Cholesky QR keeps |Q^T Q - I| ~ eps64 cond^2; a pivot below this fraction of its column
 # (cond above ~1e4) gets a second pass so the basis stays orthonormal to fp32 accuracy
 SECOND_PASS_BELOW = 1e-8
 
-# S [V, K] fp32 across 8 warps: each warpgroup holds 64 rows (wgmma m64n128)
+# E [V, K] fp32 across 8 warps: each warpgroup holds 64 rows (wgmma m64n128)
 ACC = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]))
-# thin products [N, THIN]: S^T x or S x for the R columns of x, its hi, lo and mid parts side by side
+# thin products [N, THIN]: the R columns of the result, their hi, lo and mid parts side by side
 ACC_THIN = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, THIN, 16]))
-ROWS = gl.constexpr(gl.SliceLayout(1, ACC))  # a [V] vector along S's rows
-COLS = gl.constexpr(gl.SliceLayout(0, ACC))  # a [K] vector along S's columns
+ROWS = gl.constexpr(gl.SliceLayout(1, ACC))  # a [V] vector along E's rows
+COLS = gl.constexpr(gl.SliceLayout(0, ACC))  # a [K] vector along E's columns
+THIN_ROWS = gl.constexpr(gl.SliceLayout(1, ACC_THIN))  # a [N] vector along a thin product's rows
 # [16, N] stacks (the Gram matrix's products, a thin operand's rows, the token rows): two rows a
 # warp, no replication; a basis column [N] as a vector every warp holds whole
 STACK16 = gl.constexpr(gl.BlockedLayout([2, 4], [1, 32], [8, 1], [1, 0]))
 VEC = gl.constexpr(gl.SliceLayout(0, STACK16))
+# [32, N] low-rank tile for the inner products with a basis: four rows a warp, a row's N across
+# the lanes as VEC has it
+STACK32 = gl.constexpr(gl.BlockedLayout([4, 4], [1, 32], [8, 1], [1, 0]))
+# [8, N] token rows (u or q twice): a row a warp, N as VEC has it
+ROW8 = gl.constexpr(gl.BlockedLayout([1, 4], [1, 32], [8, 1], [1, 0]))
+# [THIN, 32] B operand of a low-rank correction: warp w holds columns 4w .. 4w + 3 (the rows
+# STACK32 gives it), every part row
+TILE_B = gl.constexpr(gl.BlockedLayout([1, 2], [16, 2], [1, 8], [0, 1]))
+TILE_B_COLS = gl.constexpr(gl.SliceLayout(0, TILE_B))
+STACK32_COLS = gl.constexpr(gl.SliceLayout(0, STACK32))  # VEC's distribution
 THIN_COLS = gl.constexpr(gl.BlockedLayout([4, 4], [32, 1], [1, 8], [1, 0]))  # [N, R]: VEC's rows, R in-thread
 EVERY16 = gl.constexpr(gl.BlockedLayout([16], [32], [8], [0]))  # [16], every thread holds all
 # window [L, K]: each thread owns whole columns, so the decay products along j are in-thread
@@ -74,6 +98,12 @@ COLUMN_PARTIALS = gl.constexpr(gl.DistributedLinearLayout(
     reg_bases=[[1, 0], [2, 0], [4, 0], [16, 0], [32, 0]], lane_bases=[[8, 0], [0, 1], [0, 2], [0, 4], [0, 8]],
     warp_bases=[[0, 16], [0, 32], [0, 64]], block_bases=[], shape=[64, 128]))
 OPERAND = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+OPERAND_B = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=2))  # [THIN, 32]
+# the per-program vectors in shared memory (vec_s: four [N] fp32 buffers), by position
+DECAY_ROW = gl.constexpr(0)  # exp(pcum)
+SK_ROW = gl.constexpr(1)
+SV_ROW = gl.constexpr(2)
+F_ROW = gl.constexpr(3)  # f = s_k exp(pcum) / 127
 
 
 @gluon.jit
@@ -159,41 +189,9 @@ def _pick(t, r: gl.constexpr):
 
 
 @gluon.jit
-def _thin_product(s_parts, x_s, TRANSPOSE: gl.constexpr, NN: gl.constexpr):
-    # (S or S^T) [N, N] times x [N, R], both sides as three bf16 parts (all nine cross terms:
-    # ~2^-24 relative, fp32 class): x_s holds rows (x_hi^T; x_lo^T; x_mid^T; 0), so one product
-    # per part of S gives S x_hi, S x_lo and S x_mid side by side. Returns the R columns of the
-    # result as [N] fp32 vectors in VEC.
-    acc = gl.zeros([NN, THIN], gl.float32, ACC_THIN)
-    for part in gl.static_range(PARTS):  # issued back to back: one wait for the three
-        if TRANSPOSE:
-            acc = warpgroup_mma(s_parts.index(part).permute((1, 0)), x_s.permute((1, 0)), acc, is_async=True)
-        else:
-            acc = warpgroup_mma(s_parts.index(part), x_s.permute((1, 0)), acc, is_async=True)
-    acc = warpgroup_mma_wait(0, deps=[acc])
-    # the accumulator's thread holds columns hi and mid (or lo and 0) of a row, and its lane
-    # partner the other pair: the sum over the part axis is (hi + mid) + lo, one shuffle
-    cols = gl.convert_layout(gl.sum(gl.reshape(acc, [NN, 4, 4]), axis=1), THIN_COLS)
-    c02, c13 = gl.split(gl.reshape(cols, [NN, 2, 2]))
-    c0, c2 = gl.split(c02)
-    c1, c3 = gl.split(c13)
-    return (gl.convert_layout(c0, VEC, assert_trivial=True), gl.convert_layout(c1, VEC, assert_trivial=True),
-            gl.convert_layout(c2, VEC, assert_trivial=True), gl.convert_layout(c3, VEC, assert_trivial=True))
-
-
-@gluon.jit
 def _select_rows(which, c0, c1, c2, c3):
     # [16, N] stack whose row g is the [N] vector c_which[g]
     return gl.where(which == 0, c0[None, :], gl.where(which == 1, c1[None, :], gl.where(which == 2, c2[None, :], c3[None, :])))
-
-
-@gluon.jit
-def _store_operand(x_s, c0, c1, c2, c3):
-    # rows (hi^T; lo^T; mid^T; 0) of a [N, R] operand for _thin_product: each warp splits and
-    # stores only its own two rows
-    g = gl.arange(0, THIN, layout=gl.SliceLayout(1, STACK16))[:, None]
-    hi, mid, lo = _split3_bf16(_select_rows(g % 4, c0, c1, c2, c3))
-    x_s.store(gl.where(g < 4, hi, gl.where(g < 8, lo, gl.where(g < 12, mid, 0.0))))
 
 
 # the hardware's fp64 reciprocal square root estimate (~2^-22 relative), no conversions
@@ -314,6 +312,180 @@ def _guard_overflow(u, q, LIMIT: gl.constexpr):
     return u * _pow2(-e), q * _pow2(e)
 
 
+# int8 codes -> bf16, four at a time: each byte (offset to unsigned) into the mantissa of 2^23,
+# subtract 2^23 + 128 (exact), keep the upper half of each fp32 (|c| <= 127 has at most 7
+# significant bits: exact in bf16)
+CODES_BF16_ASM = gl.constexpr("""{
+.reg .b32 t, f0, f1, f2, f3;
+xor.b32 t, $2, 0x80808080;
+prmt.b32 f0, t, 0x4B000000, 0x7540; prmt.b32 f1, t, 0x4B000000, 0x7541;
+prmt.b32 f2, t, 0x4B000000, 0x7542; prmt.b32 f3, t, 0x4B000000, 0x7543;
+sub.f32 f0, f0, 0f4B000080; sub.f32 f1, f1, 0f4B000080;
+sub.f32 f2, f2, 0f4B000080; sub.f32 f3, f3, 0f4B000080;
+prmt.b32 $0, f0, f1, 0x7632; prmt.b32 $1, f2, f3, 0x7632;
+}""")
+
+
+@gluon.jit
+def _codes_bf16(c):
+    return gl.inline_asm_elementwise(CODES_BF16_ASM, "=r,=r,r", [c], dtype=gl.bfloat16, is_pure=True, pack=4)
+
+
+@gluon.jit
+def _store_parts(dst, c0, c1, c2, c3, LAYOUT: gl.constexpr):
+    # dst [THIN, M] <- rows (hi^T; lo^T; mid^T; 0) of the [M, R] operand whose columns are c0..c3
+    # (in SliceLayout(0, LAYOUT)): each thread splits and stores only its own elements
+    g = gl.arange(0, THIN, layout=gl.SliceLayout(1, LAYOUT))[:, None]
+    hi, mid, lo = _split3_bf16(_select_rows(g % 4, c0, c1, c2, c3))
+    dst.store(gl.where(g < 4, hi, gl.where(g < 8, lo, gl.where(g < 12, mid, 0.0))))
+
+
+@gluon.jit
+def _row_dots(rows, x0, x1, x2, x3):
+    # the inner products of the 32 rows of ``rows`` [32, N] (STACK32) with four [N] vectors (VEC),
+    # laid out as TILE_B's columns: warp w computes (and later stores) rows 4w .. 4w + 3
+    return (_dot_rows(rows, x0), _dot_rows(rows, x1), _dot_rows(rows, x2), _dot_rows(rows, x3))
+
+
+@gluon.jit
+def _dot_rows(rows, x):
+    x = gl.convert_layout(x, STACK32_COLS, assert_trivial=True)
+    return gl.convert_layout(gl.sum(rows * x[None, :], axis=1), TILE_B_COLS)
+
+
+@gluon.jit
+def _part_sums(acc, NN: gl.constexpr):
+    # acc [N, THIN] in the parts layout -> its R columns as [N] vectors in VEC. The accumulator's
+    # thread holds columns hi and mid (or lo and 0) of a row, and its lane partner the other
+    # pair: the sum over the part axis is (hi + mid) + lo, one shuffle
+    cols = gl.convert_layout(gl.sum(gl.reshape(acc, [NN, 4, 4]), axis=1), THIN_COLS)
+    c02, c13 = gl.split(gl.reshape(cols, [NN, 2, 2]))
+    c0, c2 = gl.split(c02)
+    c1, c3 = gl.split(c13)
+    return (gl.convert_layout(c0, VEC, assert_trivial=True), gl.convert_layout(c1, VEC, assert_trivial=True),
+            gl.convert_layout(c2, VEC, assert_trivial=True), gl.convert_layout(c3, VEC, assert_trivial=True))
+
+
+@gluon.jit
+def _unit_scale(x):
+    # x / 2^e with max|x / 2^e| in [1, 2) for an [N] vector (VEC): what the bases see, so that
+    # tiny or huge states keep their fp32 norms (Cholesky QR and Gram-Schmidt do not see it)
+    e = gl.minimum(gl.maximum(_exponent(gl.max(gl.abs(x), axis=0)), -126), 126)
+    return x * _pow2(-e)
+
+
+# --- SPEC phases (the same names in naive.py, emulation.py and triton_kernel.py) -----------------
+
+
+@gluon.jit
+def decay(g_after):
+    """SPEC step 1 on the window rows in reversed entry order (row r holds entry L-1-r, ``g_after``
+    its gates after it: ones, then gbuf rows L-1 .. 1): D_j = prod_{i > j} gbuf[i], a forward
+    running product over the rows (Triton lowers a reverse scan with a shuffle reversal)."""
+    return gl.associative_scan(g_after.to(gl.float32), 0, _mul)
+
+
+@gluon.jit
+def rebuild_factors(keys, decay_j, wj, u8, q8, u_old, q_old, ubuf_rows, codes, vec_s,
+                    c_s, win_s, ku_s, tok_u_s, tok_q_s, NL: gl.constexpr, NR: gl.constexpr):
+    """SPEC step 2 as factors in shared memory (S itself is never formed): the codes as bf16
+    (``c_s``), A = [ubuf; q_hi; q_lo; 0] (``win_s``), KU in two bf16 parts (``ku_s`` rows 0-31 and
+    32-63: [w_j kbuf_j D_j; U'; U'; 0]), and the old tokens for E (fp16, token r in row r).
+    ``u8``/``q8`` [8, N] (ROW8) hold the tokens twice (rows r and R + r)."""
+    keys_hi, keys_lo = _split_bf16(keys * decay_j * wj[:, None])
+    ku_s.slice(0, NL).store(keys_hi)
+    ku_s.slice(LOW_RANK, NL).store(keys_lo)
+    u_hi, u_lo = _split_bf16(u8.to(gl.float32) * vec_s[DECAY_ROW].load(gl.SliceLayout(0, ROW8))[None, :])
+    ku_s.slice(NL, 2 * NR).store(u_hi)
+    ku_s.slice(LOW_RANK + NL, 2 * NR).store(u_lo)
+    q_hi, q_lo = _split_bf16(q8.to(gl.float32))  # fp16 = bf16 + bf16, exactly
+    r = gl.arange(0, 2 * NR, layout=gl.SliceLayout(1, ROW8))[:, None]
+    win_s.slice(NL, 2 * NR).store(gl.where(r < NR, q_hi, q_lo))
+    win_s.slice(0, NL).store(ubuf_rows)
+    jt = gl.arange(0, 16, layout=gl.SliceLayout(1, TOKENS))[:, None]
+    tok_u_s.store(u_old)  # its rows R .. 2R - 1 (the second copy) meet zero rows of q
+    tok_q_s.store(gl.where(jt < NR, q_old, 0.0))
+    c_s.store(_codes_bf16(codes))
+
+
+@gluon.jit
+def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, win_s, ku_s, vec_s, TRANSPOSE: gl.constexpr, NN: gl.constexpr):
+    """S^T x (TRANSPOSE: x [V, R] -> [K, R]) or S y (y [K, R] -> [V, R]) on the factors, the R
+    columns given and returned as [N] vectors (VEC). The big product takes the thin operand
+    (s_v x or f y) in three bf16 parts against the bf16 codes; the correction takes the 32 fp32
+    inner products A x (or KU y) in three parts against KU^T in two (or the exact A^T)."""
+    gl.thread_barrier()  # every warp's earlier products have read x_s and b_s, its factors are written
+    if TRANSPOSE:
+        inner = vec_s[SV_ROW].load(VEC)
+        rows = win_s.load(STACK32).to(gl.float32)  # A
+    else:
+        inner = vec_s[F_ROW].load(VEC)
+        rows = ku_s.slice(0, LOW_RANK).load(STACK32).to(gl.float32) + \
+            ku_s.slice(LOW_RANK, LOW_RANK).load(STACK32).to(gl.float32)  # KU
+    _store_parts(x_s, inner * x0, inner * x1, inner * x2, inner * x3, STACK16)
+    d0, d1, d2, d3 = _row_dots(rows, x0, x1, x2, x3)
+    _store_parts(b_s, d0, d1, d2, d3, TILE_B)
+    fence_async_shared()
+    gl.thread_barrier()
+    zero = gl.zeros([NN, THIN], gl.float32, ACC_THIN)
+    if TRANSPOSE:
+        acc = warpgroup_mma(c_s.permute((1, 0)), x_s.permute((1, 0)), zero, is_async=True)  # C^T (s_v x)
+        low = warpgroup_mma(ku_s.slice(0, LOW_RANK).permute((1, 0)), b_s.permute((1, 0)), zero, is_async=True)
+        low = warpgroup_mma(ku_s.slice(LOW_RANK, LOW_RANK).permute((1, 0)), b_s.permute((1, 0)), low,
+                            is_async=True)  # KU^T (A x)
+        outer = vec_s[F_ROW].load(THIN_ROWS)
+    else:
+        acc = warpgroup_mma(c_s, x_s.permute((1, 0)), zero, is_async=True)  # C (f y)
+        low = warpgroup_mma(win_s.permute((1, 0)), b_s.permute((1, 0)), zero, is_async=True)  # A^T (KU y)
+        outer = vec_s[SV_ROW].load(THIN_ROWS)
+    acc, low = warpgroup_mma_wait(0, deps=[acc, low])
+    return _part_sums(acc * outer[:, None] + low, NN)
+
+
+@gluon.jit
+def basis(a0, a1, a2, a3, TWICE: gl.constexpr, NN: gl.constexpr, NORM_MIN: gl.constexpr, DROP: gl.constexpr,
+          SECOND: gl.constexpr):
+    """SPEC step 3's orthonormal columns of a thin product's columns (VEC), each first scaled by
+    its own power of two (scale-free)."""
+    return _orthonormal_cols(_unit_scale(a0), _unit_scale(a1), _unit_scale(a2), _unit_scale(a3), TWICE, NN,
+                             NORM_MIN, DROP, SECOND)
+
+
+@gluon.jit
+def residual(c_s, win_s, ku_s, tok_u_s, tok_q_s, new_u_s, new_q_s, vec_s, NV: gl.constexpr, NK: gl.constexpr,
+             NL: gl.constexpr, QM: gl.constexpr):
+    """SPEC steps 2 and 4 in one accumulator [V, K] (ACC): E = (C s_v s_k / QM + q^T u) exp(pcum)
+    + ubuf^T (w kbuf D) - q_new^T u_new. The token products are exact (fp16 x fp16), the window
+    keys two bf16 parts; the codes are dequantised while the first product runs."""
+    s = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, gl.zeros([NV, NK], gl.float32, ACC), is_async=True)
+    row_scaled = c_s.load(ACC).to(gl.float32) * (vec_s[SV_ROW].load(ROWS) * (1.0 / QM))[:, None]
+    s = warpgroup_mma_wait(0, deps=[s])
+    s = (row_scaled * vec_s[SK_ROW].load(COLS)[None, :] + s) * vec_s[DECAY_ROW].load(COLS)[None, :]
+    ubuf_t = win_s.slice(0, NL).permute((1, 0))
+    s = warpgroup_mma(ubuf_t, ku_s.slice(0, NL), s, is_async=True)
+    s = warpgroup_mma(ubuf_t, ku_s.slice(LOW_RANK, NL), s, is_async=True)
+    s = warpgroup_mma(new_q_s.permute((1, 0)), new_u_s, s, is_async=True)  # new_q_s holds -q_new
+    return warpgroup_mma_wait(0, deps=[s])
+
+
+@gluon.jit
+def scales_and_codes(e, NV: gl.constexpr, QM: gl.constexpr, SCALE_MIN: gl.constexpr, MAGIC: gl.constexpr,
+                     MAGIC_BITS: gl.constexpr):
+    """SPEC steps 5-6 on E [V, K] (ACC): (codes int8 (ACC), s_k [K], s_v [V])."""
+    # per column once (in the two lanes that hold its sum), not in the 64 threads that hold a
+    # column of E; the fast sqrt is within 1 ulp, and the codes use the stored scales
+    mean_k = _column_sums(gl.abs(e), NV) * (1.0 / NV)
+    s_k = gl.maximum(gl.sqrt(mean_k), SCALE_MIN)
+    inv_k = gl.convert_layout(gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN), COLS)  # no divisions
+    e = e * inv_k[None, :]  # |E| / s_k, the row scale's argument
+    s_v = gl.maximum(gl.max(gl.abs(e), axis=1), SCALE_MIN)
+    # no clamp: |e| <= s_v on every row, so |x| <= QM (1 + 2^-23), which rounds to QM
+    x = e * (QM / s_v)[:, None]
+    # round half to even through the fp32 mantissa; the low byte is the int8 code
+    codes = ((x + MAGIC).to(gl.int32, bitcast=True) - MAGIC_BITS).to(gl.int8)
+    return codes, s_k, s_v
+
+
 @gluon.jit
 def _prefetch(
     slot, head, stage,
@@ -324,43 +496,36 @@ def _prefetch(
     Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
 ):
-    # start copying program (slot, head)'s checkpoint, gates and keys into the staging area
-    st_codes, st_gbuf, st_kbuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
+    # start copying program (slot, head)'s checkpoint and window into the staging area
+    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     prog = slot * NH + head
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))[:, None]
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))[None, :]
     async_copy.async_copy_global_to_shared(st_codes, codes_in + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
     jh = gl.arange(0, NL, layout=gl.SliceLayout(1, HALVES))[:, None]
     nh = gl.arange(0, NK, layout=gl.SliceLayout(0, HALVES))[None, :]
-    # the window in reversed entry order (row r holds entry j = L-1-r; the sum over entries does
-    # not care), so that D_j is a forward scan: Triton lowers a reverse scan with a shuffle
-    # reversal. Row r of the gates holds the gates after entry j: ones, then gbuf rows L-1 .. 1.
+    # the window in reversed entry order (row r holds entry j = L-1-r; the sums over entries do
+    # not care), so that D_j is a forward scan. Row r of the gates holds the gates after entry j:
+    # ones, then gbuf rows L-1 .. 1.
     j = NL - 1 - jh
     g_after = gl.where(jh > 0, gbuf + prog * (NL * NK) + (j + 1) * NK + nh, ones + nh)
     async_copy.async_copy_global_to_shared(st_gbuf, g_after)
     async_copy.async_copy_global_to_shared(st_kbuf, kbuf + prog * (NL * NK) + j * NK + nh)
+    async_copy.async_copy_global_to_shared(st_ubuf, ubuf + prog * (NL * NV) + j * NV + nh)
+    # the tokens twice (rows r and R + r): the low-rank tiles pair U' with q_hi and with q_lo
     jr = gl.arange(0, NR, layout=gl.SliceLayout(1, TOKEN_COPY))[:, None]
     nr = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKEN_COPY))[None, :]
-    async_copy.async_copy_global_to_shared(st_u.slice(0, NR), u_in + slot * U_SLOT + head * U_HEAD + jr * U_ROW + nr)
-    async_copy.async_copy_global_to_shared(st_q.slice(0, NR), q_in + slot * Q_SLOT + head * Q_HEAD + jr * Q_ROW + nr)
+    u_rows = u_in + slot * U_SLOT + head * U_HEAD + jr * U_ROW + nr
+    q_rows = q_in + slot * Q_SLOT + head * Q_HEAD + jr * Q_ROW + nr
+    async_copy.async_copy_global_to_shared(st_u.slice(0, NR), u_rows)
+    async_copy.async_copy_global_to_shared(st_u.slice(NR, NR), u_rows)
+    async_copy.async_copy_global_to_shared(st_q.slice(0, NR), q_rows)
+    async_copy.async_copy_global_to_shared(st_q.slice(NR, NR), q_rows)
     n = gl.arange(0, NK, layout=WORDS)
     async_copy.async_copy_global_to_shared(st_pcum, pcum + prog * NK + n)
     async_copy.async_copy_global_to_shared(st_sk, sk_in + slot * SK_SLOT + head * SK_HEAD + n)
     async_copy.async_copy_global_to_shared(st_sv, sv_in + slot * SV_SLOT + head * SV_HEAD + n)
     async_copy.async_copy_global_to_shared(st_w, w + prog * NL + (NL - 1 - gl.arange(0, NL, layout=WORDS)))
-    async_copy.commit_group()
-
-
-@gluon.jit
-def _prefetch_values(slot, head, win_s, ubuf, NH: gl.constexpr, NV: gl.constexpr, NL: gl.constexpr):
-    # start copying program (slot, head)'s window values (bf16, used as they are) straight into both
-    # halves of the rebuild's operand, rows in reversed entry order like the keys
-    prog = slot * NH + head
-    jh = gl.arange(0, NL, layout=gl.SliceLayout(1, HALVES))[:, None]
-    nh = gl.arange(0, NV, layout=gl.SliceLayout(0, HALVES))[None, :]
-    vals = ubuf + prog * (NL * NV) + (NL - 1 - jh) * NV + nh
-    async_copy.async_copy_global_to_shared(win_s.slice(0, NL), vals)
-    async_copy.async_copy_global_to_shared(win_s.slice(NL, NL), vals)
     async_copy.commit_group()
 
 
@@ -401,8 +566,8 @@ def _reset_window(prog, w, gbuf, pcum, NL: gl.constexpr, NK: gl.constexpr):
 def _flush_program(
     slot, head, next_slot, next_head, has_next, stage,
     codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-    kbuf, ubuf, gbuf, w, pcum, ones,
-    q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s,
+    kbuf, ubuf, gbuf, w, pcum, q0, ones,
+    c_s, win_s, ku_s, tok_u_s, tok_q_s, new_u_s, new_q_s, x_s, b_s, vec_s,
     C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
     SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
     U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
@@ -410,111 +575,64 @@ def _flush_program(
     IN_PLACE: gl.constexpr,
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
     QM: gl.constexpr, SCALE_MIN: gl.constexpr, NORM_MIN: gl.constexpr, DROP: gl.constexpr,
-    SECOND: gl.constexpr, U_LIMIT: gl.constexpr, GUARD_FROM_EXP: gl.constexpr,
-    MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
+    SECOND: gl.constexpr, U_LIMIT: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
 ):
     prog = slot * NH + head
 
     # this program's inputs, staged by _prefetch, into registers; then the next one's copies start
-    st_codes, st_gbuf, st_kbuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
+    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     async_copy.wait_group(0)
-    gl.thread_barrier()  # every thread's copies have landed; the previous program's products are done
+    gl.thread_barrier()  # every thread's copies have landed; the previous program is done with every buffer
     g_after = st_gbuf.load(WIN)
     keys = st_kbuf.load(WIN).to(gl.float32)
     wj = st_w.load(gl.SliceLayout(1, WIN))
+    ubuf_rows = st_ubuf.load(HALVES)
+    u8 = st_u.slice(0, 2 * NR).load(ROW8)
+    q8 = st_q.slice(0, 2 * NR).load(ROW8)
     u_old = st_u.load(TOKENS)
     q_old = st_q.load(TOKENS)
     codes = st_codes.load(BYTES)
-    # exp once per column, not in each of the 64 threads that hold a column of S
-    decay_s.store(gl.exp(st_pcum.load(WORDS)))
-    s_k = st_sk.load(COLS)
-    s_v = st_sv.load(ROWS)
+    # the per-program vectors once, for every layout that reads them later
+    pc = gl.exp(st_pcum.load(WORDS))
+    s_k = st_sk.load(WORDS)
+    vec_s[DECAY_ROW].store(pc)
+    vec_s[SK_ROW].store(s_k)
+    vec_s[SV_ROW].store(st_sv.load(WORDS))
+    vec_s[F_ROW].store(s_k * pc * (1.0 / QM))
     gl.thread_barrier()  # the staging area is free again
     if has_next:
         _prefetch(next_slot, next_head, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
                   C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                   Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
 
-    # window (rows in reversed entry order): decay of entry j since it was appended,
-    # D_j = prod_{i > j} gbuf[i], a forward running product over the rows
-    decay_j = gl.associative_scan(g_after.to(gl.float32), 0, _mul)
-    keys_hi, keys_lo = _split_bf16(keys * decay_j * wj[:, None])
-    decay = decay_s.load(COLS)  # written before the barrier above
-    keys_s.slice(0, NL).store(keys_hi)
-    keys_s.slice(NL, NL).store(keys_lo)
-    tok_u_s.store(u_old)
-    tok_q_s.store(q_old)
-    fence_async_shared()
-    gl.thread_barrier()
+    rebuild_factors(keys, decay(g_after), wj, u8, q8, u_old, q_old, ubuf_rows, codes, vec_s,
+                    c_s, win_s, ku_s, tok_u_s, tok_q_s, NL, NR)
 
-    # rebuild: fp16 x fp16 products are exact in fp32, so the token part needs no split
-    # (the codes are dequantized while the token product runs)
-    s = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, gl.zeros([NV, NK], gl.float32, ACC), is_async=True)
-    # int8 -> fp32 through the fp32 mantissa (integer add, float subtract): exact
-    codes_f = (gl.convert_layout(codes, ACC).to(gl.int32) + MAGIC_BITS).to(gl.float32, bitcast=True) - MAGIC
-    row_scaled = codes_f * (s_v * (1.0 / QM))[:, None]
-    s = warpgroup_mma_wait(0, deps=[s])
-    s = (row_scaled * s_k[None, :] + s) * decay[None, :]
-    # window keys as a bf16 hi/lo pair stacked along the reduction: one K = 2L product
-    s = warpgroup_mma(win_s.permute((1, 0)), keys_s, s)
-
-    # subspace iteration, scale-free: on S / 2^e with max|S / 2^e| in [1, 2)
-    ex = gl.minimum(gl.maximum(_exponent(gl.max(gl.max(gl.abs(s), axis=1), axis=0)), -126), 126)
-    s_hi, s_mid, s_lo = _split3_bf16(s * _pow2(-ex))
-    s_parts.index(0).store(s_hi)
-    s_parts.index(1).store(s_mid)
-    s_parts.index(2).store(s_lo)
-    fence_async_shared()
-    gl.thread_barrier()
-    if has_next:  # both warpgroups' rebuild products have read win_s
-        _prefetch_values(next_slot, next_head, win_s, ubuf, NH, NV, NL)
-    a0, a1, a2, a3 = _thin_product(s_parts, q0_s, True, NK)  # S^T q0
+    # one round of subspace iteration on the factors
+    vq = gl.arange(0, NV, layout=VEC)
+    a0, a1, a2, a3 = thin_products(gl.load(q0 + vq * NR + 0), gl.load(q0 + vq * NR + 1), gl.load(q0 + vq * NR + 2),
+                                   gl.load(q0 + vq * NR + 3), c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK)  # S^T q0
     # qk only has to span S^T q0 (b = S qk spans the same space for any basis of it): one pass
-    k0, k1, k2, k3 = _orthonormal_cols(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND)
-    _store_operand(x_s, k0, k1, k2, k3)
-    fence_async_shared()
-    gl.thread_barrier()
-    b0, b1, b2, b3 = _thin_product(s_parts, x_s, False, NV)  # S qk
-    p0, p1, p2, p3 = _orthonormal_cols(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND)
-    gl.thread_barrier()  # every warp has read qk from x_s
-    _store_operand(x_s, p0, p1, p2, p3)
-    fence_async_shared()
-    gl.thread_barrier()
-    u0, u1, u2, u3 = _thin_product(s_parts, x_s, True, NK)  # S^T qv
-    scale = _pow2(ex)
-    u0 = u0 * scale
-    u1 = u1 * scale
-    u2 = u2 * scale
-    u3 = u3 * scale
-    # |u_r[k]| <= |S[:, k]| |qv_r| < sqrt(V) 2^(ex+1): below 2^14 the guard cannot fire
-    if ex > GUARD_FROM_EXP:
-        u0, p0 = _guard_overflow(u0, p0, U_LIMIT)
-        u1, p1 = _guard_overflow(u1, p1, U_LIMIT)
-        u2, p2 = _guard_overflow(u2, p2, U_LIMIT)
-        u3, p3 = _guard_overflow(u3, p3, U_LIMIT)
-
-    # residual against the rounded tokens: fp16 x fp16 products are exact in fp32
+    k0, k1, k2, k3 = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND)
+    b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, win_s, ku_s, vec_s, False, NV)  # S qk
+    p0, p1, p2, p3 = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND)  # qv, the token basis
+    u0, u1, u2, u3 = thin_products(p0, p1, p2, p3, c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK)  # uk = S^T qv
+    # where fp16 u_r would overflow (coherent states above |S| ~ 6e3) a power of two moves from
+    # u_r to q_r: exact for q^T u. Without max|S| there is no cheap bound to skip the check.
+    u0, p0 = _guard_overflow(u0, p0, U_LIMIT)
+    u1, p1 = _guard_overflow(u1, p1, U_LIMIT)
+    u2, p2 = _guard_overflow(u2, p2, U_LIMIT)
+    u3, p3 = _guard_overflow(u3, p3, U_LIMIT)
     jn = gl.arange(0, 16, layout=gl.SliceLayout(1, STACK16))[:, None]  # token r in row r, rows from R on zero
     u_new = gl.where(jn < NR, _select_rows(jn, u0, u1, u2, u3), 0.0).to(gl.float16)
     q_new = gl.where(jn < NR, _select_rows(jn, p0, p1, p2, p3), 0.0).to(gl.float16)
-    tok_u_s.store(u_new)
-    tok_q_s.store(-q_new)
+    new_u_s.store(u_new)
+    new_q_s.store(-q_new)
     fence_async_shared()
     gl.thread_barrier()
-    e = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, s)
 
-    # smoothing scales; the fast sqrt is within 1 ulp, and the codes use the stored scales
-    # per column once (in the two lanes that hold its sum), not in the 64 threads that hold a column of E
-    mean_k = _column_sums(gl.abs(e), NV) * (1.0 / NV)
-    s_k_new = gl.maximum(gl.sqrt(mean_k), SCALE_MIN)
-    inv_k = gl.convert_layout(gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN), COLS)  # no divisions
-    e = e * inv_k[None, :]  # |E| / s_k, the row scale's argument
-    s_v_new = gl.maximum(gl.max(gl.abs(e), axis=1), SCALE_MIN)
-    # no clamp: |e| <= s_v_new on every row, so |x| <= QM (1 + 2^-23), which rounds to QM
-    x = e * (QM / s_v_new)[:, None]
-    # codes: round half to even through the fp32 mantissa; the low byte is the int8 code
-    codes_new = ((x + MAGIC).to(gl.int32, bitcast=True) - MAGIC_BITS).to(gl.int8)
-
+    e = residual(c_s, win_s, ku_s, tok_u_s, tok_q_s, new_u_s, new_q_s, vec_s, NV, NK, NL, QM)
+    codes_new, s_k_new, s_v_new = scales_and_codes(e, NV, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
     _store_checkpoint(slot, head, gl.convert_layout(codes_new, BYTES), s_k_new, s_v_new, u_new, q_new,
                       codes_out, sk_out, sv_out, u_out, q_out, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD,
                       U_SLOT, U_HEAD, U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR)
@@ -525,35 +643,28 @@ def _flush_program(
 
 @gluon.jit
 def _allocate_stage(NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr):
-    # the staging area of the next program's inputs, in _prefetch's order (codes, gates, keys, u, q,
-    # pcum, s_k, s_v, w), and decay_s (not staged: exp(pcum) per column)
-    st_u = gl.allocate_shared_memory(gl.float16, [16, NK], PLAIN)
-    st_q = gl.allocate_shared_memory(gl.float16, [16, NV], PLAIN)
+    # the staging area of the next program's inputs, in _prefetch's order (codes, gates, keys,
+    # values, u, q, pcum, s_k, s_v, w)
     return (gl.allocate_shared_memory(gl.int8, [NV, NK], PLAIN), gl.allocate_shared_memory(gl.float16, [NL, NK], PLAIN),
-            gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN), st_u, st_q,
+            gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN), gl.allocate_shared_memory(gl.bfloat16, [NL, NV], PLAIN),
+            gl.allocate_shared_memory(gl.float16, [16, NK], PLAIN), gl.allocate_shared_memory(gl.float16, [16, NV], PLAIN),
             gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
-            gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], PLAIN1),
-            gl.allocate_shared_memory(gl.float32, [NK], PLAIN1))
+            gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], PLAIN1))
 
 
 @gluon.jit
-def _zero_token_rows(stage, NV: gl.constexpr):
-    # the staged token rows from R on are zero (the copies write rows below R only), once per CTA
-    st_codes, st_gbuf, st_kbuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
+def _set_up_cta(stage, win_s, ku_s, NV: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
+    # once per CTA: the rows that stay zero (staged token rows from 2R on, the low-rank tiles'
+    # rows from L + 2R on), before any copy lands beside them
+    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     st_u.store(gl.zeros([16, NV], gl.float16, HALVES))
     st_q.store(gl.zeros([16, NV], gl.float16, HALVES))
+    zero = gl.zeros([LOW_RANK - NL - 2 * NR, NV], gl.bfloat16, ROW8)
+    win_s.slice(NL + 2 * NR, LOW_RANK - NL - 2 * NR).store(zero)
+    ku_s.slice(NL + 2 * NR, LOW_RANK - NL - 2 * NR).store(zero)
+    ku_s.slice(LOW_RANK + NL + 2 * NR, LOW_RANK - NL - 2 * NR).store(zero)
     fence_async_shared()
-    gl.thread_barrier()  # before any copy lands beside the zero rows
-
-
-@gluon.jit
-def _set_up_cta(q0, q0_s, stage, NV: gl.constexpr, NR: gl.constexpr):
-    # once per CTA: q0 [V, R] as the (hi^T; lo^T; mid^T; 0) rows of a thin operand, and the
-    # staged token rows from R on zero
-    vq = gl.arange(0, NV, layout=VEC)
-    _store_operand(q0_s, gl.load(q0 + vq * NR + 0), gl.load(q0 + vq * NR + 1),
-                   gl.load(q0 + vq * NR + 2), gl.load(q0 + vq * NR + 3))
-    _zero_token_rows(stage, NV)
+    gl.thread_barrier()
 
 
 @gluon.jit(do_not_specialize=["q0", "idx", "num_programs", "picks", "pick_stride"])  # no recompile per call
@@ -574,22 +685,26 @@ def _flush_kernel(
     CTAS: gl.constexpr,  # grid size: resident CTAs on the device
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
     QM: gl.constexpr, SCALE_MIN: gl.constexpr, NORM_MIN: gl.constexpr, DROP: gl.constexpr,
-    SECOND: gl.constexpr, U_LIMIT: gl.constexpr, GUARD_FROM_EXP: gl.constexpr,
-    MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
+    SECOND: gl.constexpr, U_LIMIT: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
 ):
     gl.static_assert(NR == 4)
     gl.static_assert(NV == NK)
+    gl.static_assert(NL + 2 * NR <= LOW_RANK)
     pid = gl.program_id(0)
     G: gl.constexpr = CTAS
 
     # shared operands, allocated once per CTA and reused by every program it runs
-    q0_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)
-    win_s = gl.allocate_shared_memory(gl.bfloat16, [2 * NL, NV], OPERAND)
-    keys_s = gl.allocate_shared_memory(gl.bfloat16, [2 * NL, NK], OPERAND)
-    tok_u_s = gl.allocate_shared_memory(gl.float16, [16, NK], OPERAND)
+    c_s = gl.allocate_shared_memory(gl.bfloat16, [NV, NK], OPERAND)  # the codes
+    win_s = gl.allocate_shared_memory(gl.bfloat16, [LOW_RANK, NV], OPERAND)  # A
+    ku_s = gl.allocate_shared_memory(gl.bfloat16, [2 * LOW_RANK, NK], OPERAND)  # KU: hi rows, then lo rows
+    tok_u_s = gl.allocate_shared_memory(gl.float16, [16, NK], OPERAND)  # old tokens, for E
     tok_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
-    s_parts = gl.allocate_shared_memory(gl.bfloat16, [PARTS, NV, NK], OPERAND)
-    x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)
+    new_u_s = gl.allocate_shared_memory(gl.float16, [16, NK], OPERAND)  # new tokens (q negated)
+    new_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
+    x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)  # thin operand rows
+    b_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, LOW_RANK], OPERAND_B)  # low-rank correction rows
+    vec_s = (gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
+             gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1))
     stage = _allocate_stage(NV, NK, NL)
 
     if IN_PLACE:
@@ -617,41 +732,39 @@ def _flush_kernel(
         fence_async_shared()
         n = gl.cdiv(count - pid, G)
         if n > 0:  # a CTA with nothing to flush leaves here
-            _set_up_cta(q0, q0_s, stage, NV, NR)
+            _set_up_cta(stage, win_s, ku_s, NV, NL, NR)
             p = gl.load(mine)
             _prefetch((p // NH).to(gl.int64), p % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf,
                       w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                       Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
-            _prefetch_values((p // NH).to(gl.int64), p % NH, win_s, ubuf, NH, NV, NL)
         for t in range(0, n):
             p = gl.load(mine + t)
             nxt = gl.load(mine + t + 1, mask=t + 1 < n, other=0)
             _flush_program(
                 (p // NH).to(gl.int64), p % NH, (nxt // NH).to(gl.int64), nxt % NH, t + 1 < n, stage,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-                kbuf, ubuf, gbuf, w, pcum, ones,
-                q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s,
+                kbuf, ubuf, gbuf, w, pcum, q0, ones,
+                c_s, win_s, ku_s, tok_u_s, tok_q_s, new_u_s, new_q_s, x_s, b_s, vec_s,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
-                QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, GUARD_FROM_EXP, MAGIC, MAGIC_BITS,
+                QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
             )
     else:
-        _set_up_cta(q0, q0_s, stage, NV, NR)
+        _set_up_cta(stage, win_s, ku_s, NV, NL, NR)
         if pid < num_programs:
             _prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
                       gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                       Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
-            _prefetch_values((pid // NH).to(gl.int64), pid % NH, win_s, ubuf, NH, NV, NL)
         for c in range(pid, num_programs, G):
             nxt = c + G
             _flush_program(
                 (c // NH).to(gl.int64), c % NH, (nxt // NH).to(gl.int64), nxt % NH, nxt < num_programs, stage,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-                kbuf, ubuf, gbuf, w, pcum, ones,
-                q0_s, win_s, keys_s, tok_u_s, tok_q_s, s_parts, x_s,
+                kbuf, ubuf, gbuf, w, pcum, q0, ones,
+                c_s, win_s, ku_s, tok_u_s, tok_q_s, new_u_s, new_q_s, x_s, b_s, vec_s,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
-                QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, GUARD_FROM_EXP, MAGIC, MAGIC_BITS,
+                QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
             )
 
 
@@ -664,10 +777,10 @@ def _ones(device: torch.device) -> torch.Tensor:
 def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None):
     """Launch the Gluon flush kernel; arguments and semantics as ``flush.launch_flush``.
 
-    Both modes run on resident CTAs (one per SM): a pool call ranks the due programs and shares
-    them out, a functional call strides over the batch. Needs an sm_90 device and a triton
-    release in ``VERIFIED_TRITON`` (``kernel.choose`` checks both). Returns the launched kernel
-    object, or None for an empty launch.
+    Both modes run on resident CTAs: a pool call ranks the due programs and shares them out, a
+    functional call strides over the batch. Needs an sm_90 device and a triton release in
+    ``VERIFIED_TRITON`` (``kernel.choose`` checks both). Returns the launched kernel object, or
+    None for an empty launch.
     """
     in_place = idx is not None
     num_programs = (idx.numel() if in_place else ckpt_in[0].shape[0]) * H
@@ -691,4 +804,4 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
 
 _CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), SCALE_MIN=EPS, NORM_MIN=NORM_FLOOR,
                   DROP=DEPENDENT_COLUMN, SECOND=SECOND_PASS_BELOW, U_LIMIT=TOKEN_LIMIT,
-                  GUARD_FROM_EXP=GUARD_FROM_EXP, MAGIC=ROUND_MAGIC, MAGIC_BITS=ROUND_MAGIC_BITS)
+                  MAGIC=ROUND_MAGIC, MAGIC_BITS=ROUND_MAGIC_BITS)
