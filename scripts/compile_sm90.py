@@ -122,7 +122,10 @@ def compile_gluon_kernel(fn, consts: dict):
              if n in POINTERS and n not in ("q0", "idx", "picks", "num_programs", "pick_stride")}
     src = GluonASTSource(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params},
                          attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS})
+    from leapquant.kda.flush import gluon_kernel as fg
+
+    options = {"num_warps": NUM_WARPS, **({"maxnreg": fg.MAX_REGISTERS} if fg.MAX_REGISTERS else {})}
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def nvidia_tool(name: str) -> str:

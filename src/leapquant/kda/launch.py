@@ -22,16 +22,17 @@ ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into th
 ROUND_MAGIC_BITS = 0x4B400000  # the same constant's fp32 bit pattern: int8 -> fp32 by an integer add
 GLUON_VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API both Gluon kernels were compiled and run with
 CTAS_PER_SM = 1  # at 255 registers per thread, one 8-warp flush CTA fills an SM's register file
+MOST_CTAS_PER_SM = 2  # the most any persistent flush grid runs an SM (the Gluon kernel's, at 128 registers)
 FLAG_TILE = 16384  # due flags a resident flush CTA gathers at once: 512 slots x 32 heads
 
 
 @functools.lru_cache(maxsize=None)
-def resident_ctas(device: torch.device) -> int:
-    """CTAs of a persistent grid on ``device``: ``CTAS_PER_SM`` per SM (4 off CUDA, for the
+def resident_ctas(device: torch.device, per_sm: int = CTAS_PER_SM) -> int:
+    """CTAs of a persistent grid on ``device``: ``per_sm`` per SM (4 off CUDA, for the
     interpreter)."""
     if device.type != "cuda":
         return 4
-    return CTAS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+    return per_sm * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def interpreting() -> bool:
@@ -41,7 +42,7 @@ def interpreting() -> bool:
 
 def pick_words(num_slots: int, device: torch.device) -> int:
     """int32 words of scratch the persistent pool grid needs for a pool of ``num_slots``."""
-    return num_slots * H + resident_ctas(device)
+    return num_slots * H + resident_ctas(device, MOST_CTAS_PER_SM)
 
 
 def checkpoint_strides(codes, s_k, s_v, u, q) -> dict:

@@ -49,6 +49,8 @@ from ..launch import (FLAG_TILE, GLUON_VERIFIED_TRITON, ROUND_MAGIC, ROUND_MAGIC
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 8  # two warpgroups: each holds 64 rows of E
+MAX_REGISTERS = 128  # the cap that lets two CTAs share an SM's register file
+CTAS_PER_SM = 2  # resident CTAs an SM (<= launch.MOST_CTAS_PER_SM): the persistent grid is this times the SMs
 THIN = gl.constexpr(16)  # thin products' columns: a [N, R] operand's hi, lo and mid parts and R zeros
 LOW_RANK = gl.constexpr(32)  # rows of the low-rank tiles A and KU
 # Cholesky QR keeps |Q^T Q - I| ~ eps64 cond^2; a pivot below this fraction of its column
@@ -71,10 +73,10 @@ VEC = gl.constexpr(gl.SliceLayout(0, STACK16))
 STACK32 = gl.constexpr(gl.BlockedLayout([4, 4], [1, 32], [8, 1], [1, 0]))
 # [8, N] token rows (u or q twice): a row a warp, N as VEC has it
 ROW8 = gl.constexpr(gl.BlockedLayout([1, 4], [1, 32], [8, 1], [1, 0]))
-# [THIN, 32] B operand of a low-rank correction: warp w holds columns 4w .. 4w + 3 (the rows
-# STACK32 gives it), every part row
-TILE_B = gl.constexpr(gl.BlockedLayout([1, 2], [16, 2], [1, 8], [0, 1]))
-TILE_B_COLS = gl.constexpr(gl.SliceLayout(0, TILE_B))
+# [32, THIN] B operand of a low-rank correction: warp w holds rows 4w .. 4w + 3 (the rows
+# STACK32 gives it), every part column
+TILE_B = gl.constexpr(gl.BlockedLayout([2, 1], [2, 16], [8, 1], [0, 1]))
+TILE_B_ROWS = gl.constexpr(gl.SliceLayout(1, TILE_B))
 STACK32_COLS = gl.constexpr(gl.SliceLayout(0, STACK32))  # VEC's distribution
 THIN_COLS = gl.constexpr(gl.BlockedLayout([4, 4], [32, 1], [1, 8], [1, 0]))  # [N, R]: VEC's rows, R in-thread
 EVERY16 = gl.constexpr(gl.BlockedLayout([16], [32], [8], [0]))  # [16], every thread holds all
@@ -98,7 +100,7 @@ COLUMN_PARTIALS = gl.constexpr(gl.DistributedLinearLayout(
     reg_bases=[[1, 0], [2, 0], [4, 0], [16, 0], [32, 0]], lane_bases=[[8, 0], [0, 1], [0, 2], [0, 4], [0, 8]],
     warp_bases=[[0, 16], [0, 32], [0, 64]], block_bases=[], shape=[64, 128]))
 OPERAND = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
-OPERAND_B = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=2))  # [THIN, 32]
+OPERAND_B = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=16, rank=2))  # [32, THIN]
 # the per-program vectors in shared memory (vec_s: four [N] fp32 buffers), by position
 DECAY_ROW = gl.constexpr(0)  # exp(pcum)
 SK_ROW = gl.constexpr(1)
@@ -287,7 +289,7 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
 
 
 @gluon.jit
-def _column_sums(x, NN: gl.constexpr):
+def _column_sums(x, scratch, NN: gl.constexpr):
     # Sums over the rows of x [N, N] (ACC), in the order gl.sum(x, axis=0) adds them (the same
     # bits) for a fraction of its instructions and barriers: the accumulator spreads a column
     # over 8 lanes and 8 warps, and gl.sum reduces it by 3 shuffle rounds on all 32 of a thread's
@@ -297,7 +299,9 @@ def _column_sums(x, NN: gl.constexpr):
     # the warps in the cross-warp stage's, the last step one shuffle.
     gl.static_assert(NN == 128)  # COLUMN_PARTIALS' shape
     p = gl.sum(gl.reshape(x, [8, 2, 8, NN]), axis=1)  # row 16 w + 8 h + r: (w, h, r)
-    p = gl.convert_layout(gl.reshape(p, [64, NN]), COLUMN_PARTIALS)
+    scratch.store(gl.reshape(p, [64, NN]))  # (the caller's barrier: scratch is free)
+    gl.thread_barrier()
+    p = scratch.load(COLUMN_PARTIALS)
     p = gl.reshape(p, [2, 2, 2, 2, 2, 2, NN])  # w = 4 w2 + 2 w1 + w0, r = 4 r2 + 2 r1 + r0
     p = gl.sum(gl.sum(gl.sum(p, axis=3), axis=3), axis=3)
     return gl.sum(gl.sum(gl.sum(p, axis=0), axis=0), axis=0)
@@ -341,16 +345,27 @@ def _store_parts(dst, c0, c1, c2, c3, LAYOUT: gl.constexpr):
 
 
 @gluon.jit
+def _store_part_cols(dst, d0, d1, d2, d3):
+    # dst [32, THIN] <- columns (hi; lo; mid; 0) of the [32, R] operand whose columns are d0..d3
+    # (TILE_B_ROWS): the B operand of a low-rank correction, row j for row j of the tile
+    g = gl.arange(0, THIN, layout=gl.SliceLayout(0, TILE_B))[None, :]
+    c = g % 4
+    x = gl.where(c == 0, d0[:, None], gl.where(c == 1, d1[:, None], gl.where(c == 2, d2[:, None], d3[:, None])))
+    hi, mid, lo = _split3_bf16(x)
+    dst.store(gl.where(g < 4, hi, gl.where(g < 8, lo, gl.where(g < 12, mid, 0.0))))
+
+
+@gluon.jit
 def _row_dots(rows, x0, x1, x2, x3):
     # the inner products of the 32 rows of ``rows`` [32, N] (STACK32) with four [N] vectors (VEC),
-    # laid out as TILE_B's columns: warp w computes (and later stores) rows 4w .. 4w + 3
+    # laid out as TILE_B's rows: warp w computes (and later stores) rows 4w .. 4w + 3
     return (_dot_rows(rows, x0), _dot_rows(rows, x1), _dot_rows(rows, x2), _dot_rows(rows, x3))
 
 
 @gluon.jit
 def _dot_rows(rows, x):
     x = gl.convert_layout(x, STACK32_COLS, assert_trivial=True)
-    return gl.convert_layout(gl.sum(rows * x[None, :], axis=1), TILE_B_COLS)
+    return gl.convert_layout(gl.sum(rows * x[None, :], axis=1), TILE_B_ROWS)
 
 
 @gluon.jit
@@ -386,60 +401,71 @@ def decay(g_after):
 
 
 @gluon.jit
-def rebuild_factors(keys, decay_j, wj, u8, q8, u_old, q_old, ubuf_rows, codes, vec_s,
-                    c_s, win_s, ku_s, tok_u_s, tok_q_s, NL: gl.constexpr, NR: gl.constexpr):
+def rebuild_factors(keys, decay_j, wj, u8, q8, ubuf_rows, codes, c_s, win_s, ku_s, NL: gl.constexpr,
+                    NR: gl.constexpr):
     """SPEC step 2 as factors in shared memory (S itself is never formed): the codes as bf16
-    (``c_s``), A = [ubuf; q_hi; q_lo; 0] (``win_s``), KU in two bf16 parts (``ku_s`` rows 0-31 and
-    32-63: [w_j kbuf_j D_j; U'; U'; 0]), and the old tokens for E (fp16, token r in row r).
-    ``u8``/``q8`` [8, N] (ROW8) hold the tokens twice (rows r and R + r)."""
+    (``c_s``), A = [ubuf; q_hi; q_lo; 0] (``win_s``, exact) and KU = [w_j kbuf_j D_j; u; u; 0] in
+    two bf16 parts (``ku_s`` rows 0-31 and 32-63; the tokens' parts are exact). ``u8``/``q8``
+    [8, N] (ROW8) hold the tokens twice (rows r and R + r): A's token rows pair with KU's, so that
+    A_t^T KU_t = (q_hi + q_lo)^T (u_hi + u_lo) = q^T u exactly."""
     keys_hi, keys_lo = _split_bf16(keys * decay_j * wj[:, None])
     ku_s.slice(0, NL).store(keys_hi)
     ku_s.slice(LOW_RANK, NL).store(keys_lo)
-    u_hi, u_lo = _split_bf16(u8.to(gl.float32) * vec_s[DECAY_ROW].load(gl.SliceLayout(0, ROW8))[None, :])
+    u_hi, u_lo = _split_bf16(u8.to(gl.float32))  # fp16 = bf16 + bf16, exactly
     ku_s.slice(NL, 2 * NR).store(u_hi)
     ku_s.slice(LOW_RANK + NL, 2 * NR).store(u_lo)
-    q_hi, q_lo = _split_bf16(q8.to(gl.float32))  # fp16 = bf16 + bf16, exactly
+    q_hi, q_lo = _split_bf16(q8.to(gl.float32))
     r = gl.arange(0, 2 * NR, layout=gl.SliceLayout(1, ROW8))[:, None]
     win_s.slice(NL, 2 * NR).store(gl.where(r < NR, q_hi, q_lo))
     win_s.slice(0, NL).store(ubuf_rows)
-    jt = gl.arange(0, 16, layout=gl.SliceLayout(1, TOKENS))[:, None]
-    tok_u_s.store(u_old)  # its rows R .. 2R - 1 (the second copy) meet zero rows of q
-    tok_q_s.store(gl.where(jt < NR, q_old, 0.0))
     c_s.store(_codes_bf16(codes))
 
 
 @gluon.jit
-def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, win_s, ku_s, vec_s, TRANSPOSE: gl.constexpr, NN: gl.constexpr):
+def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, win_s, ku_s, vec_s, TRANSPOSE: gl.constexpr, NN: gl.constexpr,
+                  NL: gl.constexpr, QM: gl.constexpr):
     """S^T x (TRANSPOSE: x [V, R] -> [K, R]) or S y (y [K, R] -> [V, R]) on the factors, the R
-    columns given and returned as [N] vectors (VEC). The big product takes the thin operand
-    (s_v x or f y) in three bf16 parts against the bf16 codes; the correction takes the 32 fp32
-    inner products A x (or KU y) in three parts against KU^T in two (or the exact A^T)."""
+    columns given and returned as [N] vectors (VEC):
+
+        S^T x = exp(pcum) (s_k / QM (C^T (s_v x)) + KU_t^T (A_t x)) + KU_w^T (A_w x)
+        S y   = s_v (C (f y)) + A^T (KU' y),   KU' = KU with its token rows times exp(pcum)
+
+    (w: the window rows, t: the token rows). The big product takes the thin operand in three
+    bf16 parts against the bf16 codes; the corrections take the 32 fp32 inner products A x (or
+    KU' y) in three parts against KU^T in two (or the exact A^T)."""
     gl.thread_barrier()  # every warp's earlier products have read x_s and b_s, its factors are written
     if TRANSPOSE:
         inner = vec_s[SV_ROW].load(VEC)
         rows = win_s.load(STACK32).to(gl.float32)  # A
     else:
         inner = vec_s[F_ROW].load(VEC)
-        rows = ku_s.slice(0, LOW_RANK).load(STACK32).to(gl.float32) + \
-            ku_s.slice(LOW_RANK, LOW_RANK).load(STACK32).to(gl.float32)  # KU
+        m = gl.arange(0, LOW_RANK, layout=gl.SliceLayout(1, STACK32))[:, None]
+        decay_t = gl.where(m >= NL, vec_s[DECAY_ROW].load(STACK32_COLS)[None, :], 1.0)
+        rows = (ku_s.slice(0, LOW_RANK).load(STACK32).to(gl.float32) +
+                ku_s.slice(LOW_RANK, LOW_RANK).load(STACK32).to(gl.float32)) * decay_t  # KU'
     _store_parts(x_s, inner * x0, inner * x1, inner * x2, inner * x3, STACK16)
     d0, d1, d2, d3 = _row_dots(rows, x0, x1, x2, x3)
-    _store_parts(b_s, d0, d1, d2, d3, TILE_B)
+    _store_part_cols(b_s, d0, d1, d2, d3)
     fence_async_shared()
     gl.thread_barrier()
     zero = gl.zeros([NN, THIN], gl.float32, ACC_THIN)
     if TRANSPOSE:
         acc = warpgroup_mma(c_s.permute((1, 0)), x_s.permute((1, 0)), zero, is_async=True)  # C^T (s_v x)
-        low = warpgroup_mma(ku_s.slice(0, LOW_RANK).permute((1, 0)), b_s.permute((1, 0)), zero, is_async=True)
-        low = warpgroup_mma(ku_s.slice(LOW_RANK, LOW_RANK).permute((1, 0)), b_s.permute((1, 0)), low,
-                            is_async=True)  # KU^T (A x)
-        outer = vec_s[F_ROW].load(THIN_ROWS)
+        low = warpgroup_mma(ku_s.slice(0, NL).permute((1, 0)), b_s.slice(0, NL), zero, is_async=True)
+        low = warpgroup_mma(ku_s.slice(LOW_RANK, NL).permute((1, 0)), b_s.slice(0, NL), low, is_async=True)
+        tok = warpgroup_mma(ku_s.slice(NL, LOW_RANK - NL).permute((1, 0)), b_s.slice(NL, LOW_RANK - NL), zero,
+                            is_async=True)
+        tok = warpgroup_mma(ku_s.slice(LOW_RANK + NL, LOW_RANK - NL).permute((1, 0)), b_s.slice(NL, LOW_RANK - NL),
+                            tok, is_async=True)
+        acc, low, tok = warpgroup_mma_wait(0, deps=[acc, low, tok])
+        sk = vec_s[SK_ROW].load(THIN_ROWS) * (1.0 / QM)
+        acc = (acc * sk[:, None] + tok) * vec_s[DECAY_ROW].load(THIN_ROWS)[:, None] + low
     else:
         acc = warpgroup_mma(c_s, x_s.permute((1, 0)), zero, is_async=True)  # C (f y)
-        low = warpgroup_mma(win_s.permute((1, 0)), b_s.permute((1, 0)), zero, is_async=True)  # A^T (KU y)
-        outer = vec_s[SV_ROW].load(THIN_ROWS)
-    acc, low = warpgroup_mma_wait(0, deps=[acc, low])
-    return _part_sums(acc * outer[:, None] + low, NN)
+        low = warpgroup_mma(win_s.permute((1, 0)), b_s, zero, is_async=True)  # A^T (KU' y)
+        acc, low = warpgroup_mma_wait(0, deps=[acc, low])
+        acc = acc * vec_s[SV_ROW].load(THIN_ROWS)[:, None] + low
+    return _part_sums(acc, NN)
 
 
 @gluon.jit
@@ -452,12 +478,14 @@ def basis(a0, a1, a2, a3, TWICE: gl.constexpr, NN: gl.constexpr, NORM_MIN: gl.co
 
 
 @gluon.jit
-def residual(c_s, win_s, ku_s, tok_u_s, tok_q_s, new_u_s, new_q_s, vec_s, NV: gl.constexpr, NK: gl.constexpr,
-             NL: gl.constexpr, QM: gl.constexpr):
+def residual(c_s, win_s, ku_s, new_u_s, new_q_s, vec_s, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr,
+             QM: gl.constexpr):
     """SPEC steps 2 and 4 in one accumulator [V, K] (ACC): E = (C s_v s_k / QM + q^T u) exp(pcum)
-    + ubuf^T (w kbuf D) - q_new^T u_new. The token products are exact (fp16 x fp16), the window
-    keys two bf16 parts; the codes are dequantised while the first product runs."""
-    s = warpgroup_mma(tok_q_s.permute((1, 0)), tok_u_s, gl.zeros([NV, NK], gl.float32, ACC), is_async=True)
+    + ubuf^T (w kbuf D) - q_new^T u_new. The token products are exact (bf16 parts of fp16, fp16 x
+    fp16), the window keys two bf16 parts; the codes are dequantised while the first product runs."""
+    tok_t = win_s.slice(NL, LOW_RANK - NL).permute((1, 0))  # [q_hi; q_lo; 0]^T
+    s = warpgroup_mma(tok_t, ku_s.slice(NL, LOW_RANK - NL), gl.zeros([NV, NK], gl.float32, ACC), is_async=True)
+    s = warpgroup_mma(tok_t, ku_s.slice(LOW_RANK + NL, LOW_RANK - NL), s, is_async=True)
     row_scaled = c_s.load(ACC).to(gl.float32) * (vec_s[SV_ROW].load(ROWS) * (1.0 / QM))[:, None]
     s = warpgroup_mma_wait(0, deps=[s])
     s = (row_scaled * vec_s[SK_ROW].load(COLS)[None, :] + s) * vec_s[DECAY_ROW].load(COLS)[None, :]
@@ -469,12 +497,14 @@ def residual(c_s, win_s, ku_s, tok_u_s, tok_q_s, new_u_s, new_q_s, vec_s, NV: gl
 
 
 @gluon.jit
-def scales_and_codes(e, NV: gl.constexpr, QM: gl.constexpr, SCALE_MIN: gl.constexpr, MAGIC: gl.constexpr,
+def scales_and_codes(e, c_s, NV: gl.constexpr, QM: gl.constexpr, SCALE_MIN: gl.constexpr, MAGIC: gl.constexpr,
                      MAGIC_BITS: gl.constexpr):
-    """SPEC steps 5-6 on E [V, K] (ACC): (codes int8 (ACC), s_k [K], s_v [V])."""
+    """SPEC steps 5-6 on E [V, K] (ACC): (codes int8 in BYTES, s_k [K], s_v [V]). The exchanges
+    between layouts go through the codes' buffer ``c_s``, free once E is formed."""
     # per column once (in the two lanes that hold its sum), not in the 64 threads that hold a
     # column of E; the fast sqrt is within 1 ulp, and the codes use the stored scales
-    mean_k = _column_sums(gl.abs(e), NV) * (1.0 / NV)
+    gl.thread_barrier()  # every warp has read the codes from c_s
+    mean_k = _column_sums(gl.abs(e), c_s._reinterpret(gl.float32, [64, NV], PLAIN), NV) * (1.0 / NV)
     s_k = gl.maximum(gl.sqrt(mean_k), SCALE_MIN)
     inv_k = gl.convert_layout(gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN), COLS)  # no divisions
     e = e * inv_k[None, :]  # |E| / s_k, the row scale's argument
@@ -483,7 +513,11 @@ def scales_and_codes(e, NV: gl.constexpr, QM: gl.constexpr, SCALE_MIN: gl.conste
     x = e * (QM / s_v)[:, None]
     # round half to even through the fp32 mantissa; the low byte is the int8 code
     codes = ((x + MAGIC).to(gl.int32, bitcast=True) - MAGIC_BITS).to(gl.int8)
-    return codes, s_k, s_v
+    bytes_s = c_s._reinterpret(gl.int8, [NV, NV], PLAIN)
+    gl.thread_barrier()  # every warp has read its column partials
+    bytes_s.store(codes)
+    gl.thread_barrier()
+    return bytes_s.load(BYTES), s_k, s_v
 
 
 @gluon.jit
@@ -567,7 +601,7 @@ def _flush_program(
     slot, head, next_slot, next_head, has_next, stage,
     codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
     kbuf, ubuf, gbuf, w, pcum, q0, ones,
-    c_s, win_s, ku_s, tok_u_s, tok_q_s, new_u_s, new_q_s, x_s, b_s, vec_s,
+    c_s, win_s, ku_s, new_u_s, new_q_s, x_s, b_s, vec_s,
     C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
     SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
     U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
@@ -587,10 +621,8 @@ def _flush_program(
     keys = st_kbuf.load(WIN).to(gl.float32)
     wj = st_w.load(gl.SliceLayout(1, WIN))
     ubuf_rows = st_ubuf.load(HALVES)
-    u8 = st_u.slice(0, 2 * NR).load(ROW8)
-    q8 = st_q.slice(0, 2 * NR).load(ROW8)
-    u_old = st_u.load(TOKENS)
-    q_old = st_q.load(TOKENS)
+    u8 = st_u.load(ROW8)
+    q8 = st_q.load(ROW8)
     codes = st_codes.load(BYTES)
     # the per-program vectors once, for every layout that reads them later
     pc = gl.exp(st_pcum.load(WORDS))
@@ -605,18 +637,17 @@ def _flush_program(
                   C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                   Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
 
-    rebuild_factors(keys, decay(g_after), wj, u8, q8, u_old, q_old, ubuf_rows, codes, vec_s,
-                    c_s, win_s, ku_s, tok_u_s, tok_q_s, NL, NR)
+    rebuild_factors(keys, decay(g_after), wj, u8, q8, ubuf_rows, codes, c_s, win_s, ku_s, NL, NR)
 
     # one round of subspace iteration on the factors
     vq = gl.arange(0, NV, layout=VEC)
     a0, a1, a2, a3 = thin_products(gl.load(q0 + vq * NR + 0), gl.load(q0 + vq * NR + 1), gl.load(q0 + vq * NR + 2),
-                                   gl.load(q0 + vq * NR + 3), c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK)  # S^T q0
+                                   gl.load(q0 + vq * NR + 3), c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # S^T q0
     # qk only has to span S^T q0 (b = S qk spans the same space for any basis of it): one pass
     k0, k1, k2, k3 = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND)
-    b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, win_s, ku_s, vec_s, False, NV)  # S qk
+    b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, win_s, ku_s, vec_s, False, NV, NL, QM)  # S qk
     p0, p1, p2, p3 = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND)  # qv, the token basis
-    u0, u1, u2, u3 = thin_products(p0, p1, p2, p3, c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK)  # uk = S^T qv
+    u0, u1, u2, u3 = thin_products(p0, p1, p2, p3, c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # uk = S^T qv
     # where fp16 u_r would overflow (coherent states above |S| ~ 6e3) a power of two moves from
     # u_r to q_r: exact for q^T u. Without max|S| there is no cheap bound to skip the check.
     u0, p0 = _guard_overflow(u0, p0, U_LIMIT)
@@ -631,9 +662,9 @@ def _flush_program(
     fence_async_shared()
     gl.thread_barrier()
 
-    e = residual(c_s, win_s, ku_s, tok_u_s, tok_q_s, new_u_s, new_q_s, vec_s, NV, NK, NL, QM)
-    codes_new, s_k_new, s_v_new = scales_and_codes(e, NV, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
-    _store_checkpoint(slot, head, gl.convert_layout(codes_new, BYTES), s_k_new, s_v_new, u_new, q_new,
+    e = residual(c_s, win_s, ku_s, new_u_s, new_q_s, vec_s, NV, NK, NL, QM)
+    codes_new, s_k_new, s_v_new = scales_and_codes(e, c_s, NV, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
+    _store_checkpoint(slot, head, codes_new, s_k_new, s_v_new, u_new, q_new,
                       codes_out, sk_out, sv_out, u_out, q_out, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD,
                       U_SLOT, U_HEAD, U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR)
     if IN_PLACE:
@@ -642,23 +673,19 @@ def _flush_program(
 
 
 @gluon.jit
-def _allocate_stage(NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr):
+def _allocate_stage(NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
     # the staging area of the next program's inputs, in _prefetch's order (codes, gates, keys,
     # values, u, q, pcum, s_k, s_v, w)
     return (gl.allocate_shared_memory(gl.int8, [NV, NK], PLAIN), gl.allocate_shared_memory(gl.float16, [NL, NK], PLAIN),
             gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN), gl.allocate_shared_memory(gl.bfloat16, [NL, NV], PLAIN),
-            gl.allocate_shared_memory(gl.float16, [16, NK], PLAIN), gl.allocate_shared_memory(gl.float16, [16, NV], PLAIN),
+            gl.allocate_shared_memory(gl.float16, [2 * NR, NK], PLAIN), gl.allocate_shared_memory(gl.float16, [2 * NR, NV], PLAIN),
             gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
             gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], PLAIN1))
 
 
 @gluon.jit
-def _set_up_cta(stage, win_s, ku_s, NV: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
-    # once per CTA: the rows that stay zero (staged token rows from 2R on, the low-rank tiles'
-    # rows from L + 2R on), before any copy lands beside them
-    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
-    st_u.store(gl.zeros([16, NV], gl.float16, HALVES))
-    st_q.store(gl.zeros([16, NV], gl.float16, HALVES))
+def _set_up_cta(win_s, ku_s, NV: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
+    # once per CTA: the low-rank tiles' rows that stay zero (from L + 2R on)
     zero = gl.zeros([LOW_RANK - NL - 2 * NR, NV], gl.bfloat16, ROW8)
     win_s.slice(NL + 2 * NR, LOW_RANK - NL - 2 * NR).store(zero)
     ku_s.slice(NL + 2 * NR, LOW_RANK - NL - 2 * NR).store(zero)
@@ -697,15 +724,13 @@ def _flush_kernel(
     c_s = gl.allocate_shared_memory(gl.bfloat16, [NV, NK], OPERAND)  # the codes
     win_s = gl.allocate_shared_memory(gl.bfloat16, [LOW_RANK, NV], OPERAND)  # A
     ku_s = gl.allocate_shared_memory(gl.bfloat16, [2 * LOW_RANK, NK], OPERAND)  # KU: hi rows, then lo rows
-    tok_u_s = gl.allocate_shared_memory(gl.float16, [16, NK], OPERAND)  # old tokens, for E
-    tok_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
     new_u_s = gl.allocate_shared_memory(gl.float16, [16, NK], OPERAND)  # new tokens (q negated)
     new_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
     x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)  # thin operand rows
-    b_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, LOW_RANK], OPERAND_B)  # low-rank correction rows
+    b_s = gl.allocate_shared_memory(gl.bfloat16, [LOW_RANK, THIN], OPERAND_B)  # low-rank correction rows
     vec_s = (gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
              gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1))
-    stage = _allocate_stage(NV, NK, NL)
+    stage = _allocate_stage(NV, NK, NL, NR)
 
     if IN_PLACE:
         # every CTA reads all due flags, ranks the due programs in candidate order and takes
@@ -732,7 +757,7 @@ def _flush_kernel(
         fence_async_shared()
         n = gl.cdiv(count - pid, G)
         if n > 0:  # a CTA with nothing to flush leaves here
-            _set_up_cta(stage, win_s, ku_s, NV, NL, NR)
+            _set_up_cta(win_s, ku_s, NV, NL, NR)
             p = gl.load(mine)
             _prefetch((p // NH).to(gl.int64), p % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf,
                       w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
@@ -744,13 +769,13 @@ def _flush_kernel(
                 (p // NH).to(gl.int64), p % NH, (nxt // NH).to(gl.int64), nxt % NH, t + 1 < n, stage,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
                 kbuf, ubuf, gbuf, w, pcum, q0, ones,
-                c_s, win_s, ku_s, tok_u_s, tok_q_s, new_u_s, new_q_s, x_s, b_s, vec_s,
+                c_s, win_s, ku_s, new_u_s, new_q_s, x_s, b_s, vec_s,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
             )
     else:
-        _set_up_cta(stage, win_s, ku_s, NV, NL, NR)
+        _set_up_cta(win_s, ku_s, NV, NL, NR)
         if pid < num_programs:
             _prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
                       gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
@@ -761,7 +786,7 @@ def _flush_kernel(
                 (c // NH).to(gl.int64), c % NH, (nxt // NH).to(gl.int64), nxt % NH, nxt < num_programs, stage,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
                 kbuf, ubuf, gbuf, w, pcum, q0, ones,
-                c_s, win_s, ku_s, tok_u_s, tok_q_s, new_u_s, new_q_s, x_s, b_s, vec_s,
+                c_s, win_s, ku_s, new_u_s, new_q_s, x_s, b_s, vec_s,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
@@ -787,7 +812,7 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     if num_programs == 0:
         return None
     kbuf, ubuf, gbuf, w, pcum = window
-    grid = (resident_ctas(q0.device),)
+    grid = (resident_ctas(q0.device, CTAS_PER_SM),)
     pick_stride = triton.cdiv(min(num_programs, hcnt.shape[0] * H), grid[0]) if in_place else 0
     if in_place and picks is None:
         picks = torch.empty(pick_words(hcnt.shape[0], q0.device), dtype=torch.int32, device=q0.device)
@@ -798,7 +823,7 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
             idx if in_place else dummy, hcnt if in_place else dummy, _ones(q0.device), num_programs,
             picks if in_place else dummy, pick_stride,
             **checkpoint_strides(*ckpt_in), IN_PLACE=in_place, TILE=FLAG_TILE, CTAS=grid[0], **_CONSTANTS,
-            num_warps=NUM_WARPS,
+            num_warps=NUM_WARPS, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
         )
 
 
