@@ -100,7 +100,8 @@ def compile_gluon(in_place: bool):
     """The Gluon kernel compiled for sm_90a (raises where this triton's Gluon API differs)."""
     from leapquant.kda.flush import gluon_kernel as fg
 
-    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "TILE": flush.FLAG_TILE, "CTAS": H200_SMS, **fg._CONSTANTS}
+    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "TILE": flush.FLAG_TILE, "CTAS": H200_SMS * fg.CTAS_PER_SM,
+              **fg._CONSTANTS}
     return compile_gluon_kernel(fg._flush_kernel, consts)
 
 

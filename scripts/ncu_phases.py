@@ -31,27 +31,32 @@ from compile_sm90 import H200_SMS, compile_gluon, nvidia_tool
 from leapquant.kda.flush import gluon_kernel as flush_gluon
 
 NUM_WARPS = flush_gluon.NUM_WARPS
-# helpers -> phase
+# helpers -> phase (the SPEC phases are helpers of their own: rebuild_factors, thin_products, basis,
+# residual, scales_and_codes)
 HELPER_PHASE = {
-    "_prefetch": "inputs", "_split_bf16": "window", "_split3_bf16": "three-part splits",
-    "_prefetch_values": "inputs", "_thin_product": "thin products",
-    "_gram": "bases", "_pick": "bases", "_dot": "bases", "_cholesky_pass": "bases", "_inv_norm": "bases",
-    "_at_least_0": "bases", "_orthonormal_cols": "bases", "_replace_dependent": "bases",
-    "_store_operand": "operand rows", "_store_checkpoint": "stores and resets", "_reset_window": "stores and resets",
-    "_allocate_stage": "kernel (_flush_kernel)", "_zero_token_rows": "kernel (_set_up_cta)", "_select_rows": "operand rows", "_column_sums": "scales and codes",
-    "_guard_overflow": "tokens and residual", "_mul": "window", "_exponent": "max|S| and S's parts", "_pow2": "max|S| and S's parts",
+    "_prefetch": "inputs", "decay": "rebuild factors", "_mul": "rebuild factors", "rebuild_factors": "rebuild factors",
+    "_codes_bf16": "rebuild factors", "_split_bf16": "rebuild factors",
+    "thin_products": "thin products", "_store_parts": "thin products", "_store_part_cols": "thin products",
+    "_row_dots": "thin products", "_dot_rows": "thin products", "_part_sums": "thin products",
+    "_split3_bf16": "thin products", "_select_rows": "thin products",
+    "basis": "bases", "_unit_scale": "bases", "_gram": "bases", "_pick": "bases", "_dot": "bases",
+    "_cholesky_pass": "bases", "_inv_norm": "bases", "_at_least_0": "bases", "_orthonormal_cols": "bases",
+    "_replace_dependent": "bases", "_exponent": "bases", "_pow2": "bases",
+    "_guard_overflow": "tokens", "residual": "residual",
+    "scales_and_codes": "scales and codes", "_column_sums": "scales and codes",
+    "_store_checkpoint": "stores and resets", "_reset_window": "stores and resets",
+    "_allocate_stage": "kernel (_flush_kernel)", "_set_up_cta": "kernel (_set_up_cta)",
 }
 # _flush_program: a phase starts at the first line containing its marker (in this order)
 PROGRAM_MARKERS = (
-    ("this program's inputs", "inputs"), ("# window", "window"), ("# rebuild", "rebuild"),
-    ("# subspace iteration", "max|S| and S's parts"), ("_thin_product(s_parts, q0_s", "subspace calls"),
-    ("# residual", "tokens and residual"), ("# smoothing scales", "scales and codes"),
-    ("_store_checkpoint(", "stores and resets"),
+    ("this program's inputs", "inputs"), ("rebuild_factors(", "rebuild factors"),
+    ("# one round of subspace iteration", "subspace calls"), ("# where fp16 u_r would overflow", "tokens"),
+    ("e = residual(", "residual"), ("_store_checkpoint(", "stores and resets"),
 )
 
 
 def line_phases() -> dict:
-    """Source line of flush_gluon.py -> phase name."""
+    """Source line of flush/gluon_kernel.py -> phase name."""
     lines = inspect.getsource(flush_gluon).splitlines()
     phases, func, start, seen = {}, None, None, set()
     for i, text in enumerate(lines, 1):
@@ -76,7 +81,7 @@ LIBRARY = "reductions (triton's library code: sums, maxima)"
 
 
 def address_lines(cubin: bytes) -> dict:
-    """SASS address -> the flush_gluon.py line it belongs to, or LIBRARY for code inlined from
+    """SASS address -> the flush/gluon_kernel.py line it belongs to, or LIBRARY for code inlined from
     triton's own library (the reductions' combine steps: nvdisasm gives no call site for them)."""
     tool = nvidia_tool("nvdisasm")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -87,7 +92,7 @@ def address_lines(cubin: bytes) -> dict:
     for ln in out.splitlines():
         m = re.search(r'//## File "(.*?)", line (\d+)', ln)
         if m:
-            own = int(m.group(2)) if m.group(1).endswith("flush_gluon.py") else LIBRARY
+            own = int(m.group(2)) if m.group(1).endswith("flush/gluon_kernel.py") else LIBRARY
             continue
         m = re.match(r"\s+/\*([0-9a-f]{4,})\*/", ln)
         if m and own:

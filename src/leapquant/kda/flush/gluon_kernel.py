@@ -49,8 +49,8 @@ from ..launch import (FLAG_TILE, GLUON_VERIFIED_TRITON, ROUND_MAGIC, ROUND_MAGIC
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 8  # two warpgroups: each holds 64 rows of E
-MAX_REGISTERS = 128  # the cap that lets two CTAs share an SM's register file
-CTAS_PER_SM = 2  # resident CTAs an SM (<= launch.MOST_CTAS_PER_SM): the persistent grid is this times the SMs
+MAX_REGISTERS = None  # the cap that lets two CTAs share an SM's register file
+CTAS_PER_SM = 1  # resident CTAs an SM (<= launch.MOST_CTAS_PER_SM): the persistent grid is this times the SMs
 THIN = gl.constexpr(16)  # thin products' columns: a [N, R] operand's hi, lo and mid parts and R zeros
 LOW_RANK = gl.constexpr(32)  # rows of the low-rank tiles A and KU
 # Cholesky QR keeps |Q^T Q - I| ~ eps64 cond^2; a pivot below this fraction of its column
@@ -299,9 +299,7 @@ def _column_sums(x, scratch, NN: gl.constexpr):
     # the warps in the cross-warp stage's, the last step one shuffle.
     gl.static_assert(NN == 128)  # COLUMN_PARTIALS' shape
     p = gl.sum(gl.reshape(x, [8, 2, 8, NN]), axis=1)  # row 16 w + 8 h + r: (w, h, r)
-    scratch.store(gl.reshape(p, [64, NN]))  # (the caller's barrier: scratch is free)
-    gl.thread_barrier()
-    p = scratch.load(COLUMN_PARTIALS)
+    p = gl.convert_layout(gl.reshape(p, [64, NN]), COLUMN_PARTIALS)
     p = gl.reshape(p, [2, 2, 2, 2, 2, 2, NN])  # w = 4 w2 + 2 w1 + w0, r = 4 r2 + 2 r1 + r0
     p = gl.sum(gl.sum(gl.sum(p, axis=3), axis=3), axis=3)
     return gl.sum(gl.sum(gl.sum(p, axis=0), axis=0), axis=0)
@@ -513,11 +511,7 @@ def scales_and_codes(e, c_s, NV: gl.constexpr, QM: gl.constexpr, SCALE_MIN: gl.c
     x = e * (QM / s_v)[:, None]
     # round half to even through the fp32 mantissa; the low byte is the int8 code
     codes = ((x + MAGIC).to(gl.int32, bitcast=True) - MAGIC_BITS).to(gl.int8)
-    bytes_s = c_s._reinterpret(gl.int8, [NV, NV], PLAIN)
-    gl.thread_barrier()  # every warp has read its column partials
-    bytes_s.store(codes)
-    gl.thread_barrier()
-    return bytes_s.load(BYTES), s_k, s_v
+    return gl.convert_layout(codes, BYTES), s_k, s_v
 
 
 @gluon.jit
