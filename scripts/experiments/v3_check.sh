@@ -1,7 +1,11 @@
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}
-for rep in 1 2; do for v in v2 v3a v3b; do
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+PYTHONPATH=$PWD/ab/v3c timeout 200 python3 -m pytest -q -m gpu tests/test_kernel_gpu.py --maxfail=4 -x > $OUT/pytest_v3c.log 2>&1
+echo "flush GPU tests v3c: $(tail -n 1 $OUT/pytest_v3c.log)"
+grep -E "^E  |Error" $OUT/pytest_v3c.log | head -20
+for rep in 1 2; do for v in v2 v3c; do
 PYTHONPATH=$PWD/ab/$v timeout 100 python3 - $v <<'PY'
 import sys
 from leapquant import bench
@@ -13,14 +17,7 @@ for B in (16, 256, 512):
 print(sys.argv[1], " ".join(out), flush=True)
 PY
 done; done 2>&1 | grep -v Warn | tee $OUT/ab_flush.log
-for v in v3a v3b; do
-  export PYTHONPATH=$PWD/ab/$v
-  timeout 120 ncu --clock-control none --kernel-name regex:_flush_kernel --launch-skip 1 --launch-count 1 \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
-    --section MemoryWorkloadAnalysis --section SourceCounters -o /tmp/ncu_$v -f python3 scripts/ncu_target.py 64 > $OUT/ncu_run_$v.log 2>&1
-  ncu -i /tmp/ncu_$v.ncu-rep --page details > $OUT/ncu_$v.txt 2>&1
-  ncu -i /tmp/ncu_$v.ncu-rep --page source --csv --print-source sass > /tmp/sass_$v.csv 2>&1
-  grep -E "Duration|Registers Per|Achieved Occupancy|Mem Busy|L1/TEX Cache|Issue Slots Busy|Executed Instructions  |Local Memory Spilling Requests  " $OUT/ncu_$v.txt | head -12
-  cycles=$(grep -m1 "Elapsed Cycles" $OUT/ncu_$v.txt | awk '{gsub(",", "", $NF); print $NF}')
-  python3 scripts/ncu_phases.py /tmp/sass_$v.csv "$cycles" 2048 --opcodes 6 | tee $OUT/ncu_phases_$v.md
-done
+if grep -q " passed" $OUT/pytest_v3c.log && ! grep -q failed $OUT/pytest_v3c.log; then
+  PYTHONPATH=$PWD/ab/v3c:/tmp/site timeout 240 python3 -m leapquant.bench --json $OUT/bench_v3c.json > $OUT/bench_v3c.log 2>&1
+  echo "bench exit $?"; tail -n 45 $OUT/bench_v3c.log
+fi

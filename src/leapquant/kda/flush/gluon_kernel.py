@@ -68,23 +68,23 @@ THIN_ROWS = gl.constexpr(gl.SliceLayout(1, ACC_THIN))  # a [N] vector along a th
 # warp, no replication; a basis column [N] as a vector every warp holds whole
 STACK16 = gl.constexpr(gl.BlockedLayout([2, 4], [1, 32], [8, 1], [1, 0]))
 VEC = gl.constexpr(gl.SliceLayout(0, STACK16))
-# [32, N] low-rank tile for the inner products with a basis: four rows a warp, a row's N across
-# the lanes as VEC has it
-STACK32 = gl.constexpr(gl.BlockedLayout([4, 4], [1, 32], [8, 1], [1, 0]))
 # [8, N] token rows (u or q twice): a row a warp, N as VEC has it
 ROW8 = gl.constexpr(gl.BlockedLayout([1, 4], [1, 32], [8, 1], [1, 0]))
-# [32, THIN] B operand of a low-rank correction: warp w holds rows 4w .. 4w + 3 (the rows
-# STACK32 gives it), every part column
-TILE_B = gl.constexpr(gl.BlockedLayout([2, 1], [2, 16], [8, 1], [0, 1]))
-TILE_B_ROWS = gl.constexpr(gl.SliceLayout(1, TILE_B))
-STACK32_COLS = gl.constexpr(gl.SliceLayout(0, STACK32))  # VEC's distribution
+# [32, N, R] products of the low-rank tile's rows with the R columns of a basis: four rows, four
+# elements (VEC's) and the R columns a thread
+DOTS = gl.constexpr(gl.BlockedLayout([4, 4, 4], [1, 32, 1], [8, 1, 1], [2, 1, 0]))
+DOT_ROWS = gl.constexpr(gl.SliceLayout(2, DOTS))  # [32, N] the tile's rows
+DOT_X = gl.constexpr(gl.SliceLayout(0, DOTS))  # [N, R] the basis
+DOT_XC = gl.constexpr(gl.SliceLayout(1, DOT_X))  # [N] one column, as VEC
+# [32, 32, R] the lanes' partial sums (row, lane, column), regrouped so that a thread adds 16 of a
+# row's 32 and one shuffle the rest (in place of five shuffle rounds over every lane)
+PARTIALS = gl.constexpr(gl.BlockedLayout([1, 16, 1], [4, 2, 4], [8, 1, 1], [1, 2, 0]))
 THIN_COLS = gl.constexpr(gl.BlockedLayout([4, 4], [32, 1], [1, 8], [1, 0]))  # [N, R]: VEC's rows, R in-thread
 EVERY16 = gl.constexpr(gl.BlockedLayout([16], [32], [8], [0]))  # [16], every thread holds all
 # window [L, K]: each thread owns whole columns, so the decay products along j are in-thread
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 8], [0, 1]))
 # codes [V, K] int8 in 16-byte rows per thread (coalesced loads and stores)
 BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0]))
-TOKENS = gl.constexpr(gl.BlockedLayout([1, 4], [2, 16], [8, 1], [1, 0]))  # [16, N] token block
 # [slots, H] due flags: a warp reads whole 128-byte rows (16 bytes a thread), four slots a load
 FLAGS = gl.constexpr(gl.BlockedLayout([1, 4], [4, 8], [8, 1], [1, 0]))
 PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
@@ -343,27 +343,25 @@ def _store_parts(dst, c0, c1, c2, c3, LAYOUT: gl.constexpr):
 
 
 @gluon.jit
-def _store_part_cols(dst, d0, d1, d2, d3):
-    # dst [32, THIN] <- columns (hi; lo; mid; 0) of the [32, R] operand whose columns are d0..d3
-    # (TILE_B_ROWS): the B operand of a low-rank correction, row j for row j of the tile
-    g = gl.arange(0, THIN, layout=gl.SliceLayout(0, TILE_B))[None, :]
-    c = g % 4
-    x = gl.where(c == 0, d0[:, None], gl.where(c == 1, d1[:, None], gl.where(c == 2, d2[:, None], d3[:, None])))
-    hi, mid, lo = _split3_bf16(x)
-    dst.store(gl.where(g < 4, hi, gl.where(g < 8, lo, gl.where(g < 12, mid, 0.0))))
-
-
-@gluon.jit
-def _row_dots(rows, x0, x1, x2, x3):
-    # the inner products of the 32 rows of ``rows`` [32, N] (STACK32) with four [N] vectors (VEC),
-    # laid out as TILE_B's rows: warp w computes (and later stores) rows 4w .. 4w + 3
-    return (_dot_rows(rows, x0), _dot_rows(rows, x1), _dot_rows(rows, x2), _dot_rows(rows, x3))
-
-
-@gluon.jit
-def _dot_rows(rows, x):
-    x = gl.convert_layout(x, STACK32_COLS, assert_trivial=True)
-    return gl.convert_layout(gl.sum(rows * x[None, :], axis=1), TILE_B_ROWS)
+def _store_low_rank_dots(dst, rows, x0, x1, x2, x3):
+    # dst [32, THIN] <- the B operand of a low-rank correction: row j holds the inner products of
+    # row j of ``rows`` [32, N] (DOT_ROWS) with x0..x3 (VEC) as columns (hi; lo; mid; 0)
+    c = gl.arange(0, 4, layout=gl.SliceLayout(0, DOT_X))[None, :]
+    x = gl.where(c == 0, gl.convert_layout(x0, DOT_XC, assert_trivial=True)[:, None],
+                 gl.where(c == 1, gl.convert_layout(x1, DOT_XC, assert_trivial=True)[:, None],
+                          gl.where(c == 2, gl.convert_layout(x2, DOT_XC, assert_trivial=True)[:, None],
+                                   gl.convert_layout(x3, DOT_XC, assert_trivial=True)[:, None])))
+    prod = rows[:, :, None] * x[None, :, :]  # [32, N, R]
+    nn: gl.constexpr = rows.shape[1]
+    part = gl.sum(gl.reshape(prod, [32, 32, nn // 32, 4]), axis=2)  # a lane's partial sums (in-thread)
+    d = gl.sum(gl.convert_layout(part, PARTIALS), axis=1)  # [32, R]
+    hi = d.to(gl.bfloat16)
+    rest = d - hi.to(gl.float32)
+    mid = rest.to(gl.bfloat16)
+    lo = (rest - mid.to(gl.float32)).to(gl.bfloat16)
+    g = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, PARTIALS)))[None, :, None]  # the part
+    tile = gl.where(g == 0, hi[:, None, :], gl.where(g == 1, lo[:, None, :], gl.where(g == 2, mid[:, None, :], 0.0)))
+    dst.store(gl.reshape(tile, [32, THIN]))  # column 4 part + c
 
 
 @gluon.jit
@@ -434,16 +432,15 @@ def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, win_s, ku_s, vec_s, TRANSPOSE: 
     gl.thread_barrier()  # every warp's earlier products have read x_s and b_s, its factors are written
     if TRANSPOSE:
         inner = vec_s[SV_ROW].load(VEC)
-        rows = win_s.load(STACK32).to(gl.float32)  # A
+        rows = win_s.load(DOT_ROWS).to(gl.float32)  # A
     else:
         inner = vec_s[F_ROW].load(VEC)
-        m = gl.arange(0, LOW_RANK, layout=gl.SliceLayout(1, STACK32))[:, None]
-        decay_t = gl.where(m >= NL, vec_s[DECAY_ROW].load(STACK32_COLS)[None, :], 1.0)
-        rows = (ku_s.slice(0, LOW_RANK).load(STACK32).to(gl.float32) +
-                ku_s.slice(LOW_RANK, LOW_RANK).load(STACK32).to(gl.float32)) * decay_t  # KU'
+        m = gl.arange(0, LOW_RANK, layout=gl.SliceLayout(1, DOT_ROWS))[:, None]
+        decay_t = gl.where(m >= NL, vec_s[DECAY_ROW].load(gl.SliceLayout(0, DOT_ROWS))[None, :], 1.0)
+        rows = (ku_s.slice(0, LOW_RANK).load(DOT_ROWS).to(gl.float32) +
+                ku_s.slice(LOW_RANK, LOW_RANK).load(DOT_ROWS).to(gl.float32)) * decay_t  # KU'
     _store_parts(x_s, inner * x0, inner * x1, inner * x2, inner * x3, STACK16)
-    d0, d1, d2, d3 = _row_dots(rows, x0, x1, x2, x3)
-    _store_part_cols(b_s, d0, d1, d2, d3)
+    _store_low_rank_dots(b_s, rows, x0, x1, x2, x3)
     fence_async_shared()
     gl.thread_barrier()
     zero = gl.zeros([NN, THIN], gl.float32, ACC_THIN)
