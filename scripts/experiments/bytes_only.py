@@ -1,6 +1,6 @@
 """What the Gluon kernel's data path reaches without its math (issue 9's first step): a Gluon
-kernel made of the flush kernel's own staging (``_prefetch``, ``_prefetch_values``: cp.async one
-program ahead, into the same shared-memory buffers) and its stores (``_store_checkpoint``,
+kernel made of the flush kernel's own staging (``_prefetch``: cp.async one program ahead, into
+the same shared-memory buffers) and its stores (``_store_checkpoint``,
 ``_reset_window``), with nothing between: the staged checkpoint is stored as it was read. It moves
 the bytes the flush kernel moves: the old checkpoint, window and gates in, the new checkpoint and
 the resets out. That is SPEC section 9's floor less 256 B a program: neither kernel reads gbuf's
@@ -13,7 +13,7 @@ median, L2-cold with 8 input sets in rotation, the floor from the copy bandwidth
 same run), but of a functional launch over dense tensors: one CTA per SM striding over all
 B x H programs, as ``run`` does. The bench times pool calls, which first scan the due flags
 (nothing due at B=512 costs ~0.004 ms) and read the pool's strided layout. Needs an sm_90 GPU and a
-triton in ``flush_gluon.VERIFIED_TRITON``; exits with status 1 if the checkpoint written differs from the one read or
+triton in ``flush/gluon_kernel.VERIFIED_TRITON``; exits with status 1 if the checkpoint written differs from the one read or
 a window is not reset.
 """
 
@@ -48,15 +48,12 @@ def _move_bytes_kernel(
     NR: gl.constexpr,
 ):
     pid = gl.program_id(0)
-    win_s = gl.allocate_shared_memory(gl.bfloat16, [2 * NL, NV], fg.OPERAND)
-    stage = fg._allocate_stage(NV, NK, NL)
-    st_codes, st_gbuf, st_kbuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w, decay_s = stage
-    fg._zero_token_rows(stage, NV)
+    stage = fg._allocate_stage(NV, NK, NL, NR)
+    st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     if pid < num_programs:
         fg._prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
                      gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD,
                      U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
-        fg._prefetch_values((pid // NH).to(gl.int64), pid % NH, win_s, ubuf, NH, NV, NL)
     for c in range(pid, num_programs, CTAS):
         slot = (c // NH).to(gl.int64)
         head = c % NH
@@ -66,15 +63,14 @@ def _move_bytes_kernel(
         codes = st_codes.load(fg.BYTES)
         sk = st_sk.load(fg.WORDS)
         sv = st_sv.load(fg.WORDS)
-        u = st_u.load(fg.STACK16)
-        q = st_q.load(fg.STACK16)
+        u = st_u.load(fg.ROW8)  # the tokens twice (rows r and R + r); rows from R on are not stored
+        q = st_q.load(fg.ROW8)
         gl.thread_barrier()  # the staging area is free again
         nxt = c + CTAS
         if nxt < num_programs:
             fg._prefetch((nxt // NH).to(gl.int64), nxt % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf,
                          ubuf, gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT,
                          U_HEAD, U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
-            fg._prefetch_values((nxt // NH).to(gl.int64), nxt % NH, win_s, ubuf, NH, NV, NL)
         fg._store_checkpoint(slot, head, codes, sk, sv, u, q, codes_out, sk_out, sv_out, u_out, q_out,
                              C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                              Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR)

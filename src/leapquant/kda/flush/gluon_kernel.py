@@ -564,15 +564,15 @@ def _store_checkpoint(
     NV: gl.constexpr, NK: gl.constexpr, NR: gl.constexpr,
 ):
     # program (slot, head)'s checkpoint: codes [V, K] int8 in BYTES (16-byte rows a thread),
-    # s_k [K] and s_v [V] in any layout, the tokens u, q as [16, N] rows in STACK16 (token r in
+    # s_k [K] and s_v [V] in any layout, the tokens u, q as [M, N] rows in one layout (token r in
     # row r; rows from R on are not stored)
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))
     gl.store(codes_out + slot * C_SLOT + head * C_HEAD + vb[:, None] * NK + kb[None, :], codes)
     gl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + gl.arange(0, NK, layout=s_k.type.layout), s_k)
     gl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + gl.arange(0, NV, layout=s_v.type.layout), s_v)
-    jn = gl.arange(0, 16, layout=gl.SliceLayout(1, STACK16))[:, None]
-    nn = gl.arange(0, NK, layout=gl.SliceLayout(0, STACK16))[None, :]
+    jn = gl.arange(0, u.shape[0], layout=gl.SliceLayout(1, u.type.layout))[:, None]
+    nn = gl.arange(0, NK, layout=gl.SliceLayout(0, u.type.layout))[None, :]
     gl.store(u_out + slot * U_SLOT + head * U_HEAD + jn * U_ROW + nn, u, mask=jn < NR)
     gl.store(q_out + slot * Q_SLOT + head * Q_HEAD + jn * Q_ROW + nn, q, mask=jn < NR)
 
