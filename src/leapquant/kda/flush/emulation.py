@@ -110,14 +110,26 @@ def rebuild_factors(s_k, u, q, kbuf, ubuf, gbuf, w, pcum):
     return f, A, KU
 
 
-def thin_products(C, s_v, f, A, KU, x, transpose: bool, parts: int | str = 3) -> torch.Tensor:
+def _gluon_tile(KU: torch.Tensor) -> torch.Tensor:
+    """KU as the Gluon kernel's products see it: the window rows (w kbuf D) as two bf16 parts
+    (~2^-16), the token rows at fp32 (the kernel keeps u exact and applies exp(pcum) in fp32)."""
+    hi, lo = split_bf16(KU[..., :L, :], 2)
+    return torch.cat([hi + lo, KU[..., L:, :]], -2)
+
+
+def thin_products(C, s_v, f, A, KU, x, transpose: bool, parts: int | str = 3, kernel: str = "triton") -> torch.Tensor:
     """``S^T x`` (``transpose``; x ``[..., V, R]`` -> ``[..., K, R]``) or ``S x`` (x ``[..., K, R]`` ->
     ``[..., V, R]``) on the factors: the codes ``C`` (fp32, exact) against the thin operand split into
     ``parts`` bf16 parts (exact products, fp32 sums), or in fixed point (``parts="fixed"``,
-    ``fixed_point_product``), the low-rank tile in fp32."""
-    # the corrections' fp32 x fp32 products as the kernel takes them: both sides as three bf16
-    # parts (exact part products, fp32 sums), ~2^-24
-    x3, KU3 = _three(x), _three(KU)
+    ``fixed_point_product``), the low-rank tile in fp32. ``kernel``: whose corrections are emulated,
+    ``"triton"`` (every fp32 operand as three bf16 parts on the tensor cores, ~2^-24) or ``"gluon"``
+    (the inner products A x / KU y in fp32 on the CUDA cores, then three parts against the window
+    keys in two)."""
+    if kernel == "gluon":
+        x3, KU3 = x, _gluon_tile(KU)
+    else:
+        # both sides as three bf16 parts (exact part products, fp32 sums), ~2^-24
+        x3, KU3 = _three(x), _three(KU)
     if transpose:
         big = C.transpose(-1, -2)
         t, outer = s_v.unsqueeze(-1) * x, f
@@ -191,11 +203,15 @@ def guard_overflow(uk: torch.Tensor, qv: torch.Tensor):
     return uk * torch.exp2(-e), qv * torch.exp2(e)
 
 
-def residual(C, s_v, f, A, KU, q_new, u_new) -> torch.Tensor:
+def residual(C, s_v, f, A, KU, q_new, u_new, kernel: str = "triton") -> torch.Tensor:
     """SPEC step 4 formed once on the factors: ``E = C * (s_v f^T) + A^T KU - q_new^T u_new``, one
     fp32 accumulation of exact products (KU in three bf16 parts against the exact A; the fp16
-    tokens exact in two parts each) onto the dequantised codes. Returns ``[..., V, K]`` fp32."""
+    tokens exact in two parts each) onto the dequantised codes. ``kernel="gluon"``: the window
+    keys in two bf16 parts, the old tokens at fp32 (the Gluon kernel's exact q^T u, scaled by
+    exp(pcum) in fp32). Returns ``[..., V, K]`` fp32."""
     base = C * s_v.unsqueeze(-1) * f.unsqueeze(-2)
+    if kernel == "gluon":
+        return base + A.transpose(-1, -2) @ _gluon_tile(KU) - q_new.to(F32).transpose(-1, -2) @ u_new.to(F32)
     left = torch.cat([A.transpose(-1, -2)] * 3 + [q_new.to(F32).transpose(-1, -2)], -1)  # [..., V, 100]
     right = torch.cat(split_bf16(KU, 3) + [-u_new.to(F32)], -2)  # [..., 100, K]
     return base + left @ right
@@ -213,21 +229,24 @@ def scales_and_codes(E: torch.Tensor):
     return codes, s_k, s_v
 
 
-def flush_emulated(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, parts: int | str = 3):
-    """The flush (SPEC section 4) in the kernel's arithmetic on the factors, batched over any
+def flush_emulated(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, parts: int | str = 3,
+                   kernel: str = "triton"):
+    """The flush (SPEC section 4) in a kernel's arithmetic on the factors, batched over any
     leading dims (``[B, H]``); same arguments and results as ``naive.reference``. ``parts``: bf16
-    parts of the thin operand in the three subspace products (3: fp32 class; 2: ~2^-16; 1: a
-    single bf16 operand; "fixed": the integer tensor cores' fixed-point digits, under evaluation
-    for the Gluon kernel). The state S is never formed before E."""
+    parts of the thin operand in the three subspace products (3: fp32 class, both kernels; 2:
+    ~2^-16; 1: a single bf16 operand; "fixed": the integer tensor cores' fixed-point digits).
+    ``kernel``: whose low-rank arithmetic (``"triton"``, the portable kernel's, or ``"gluon"``;
+    ``thin_products``, ``residual``); the Gluon kernel's Cholesky QR is emulated by Gram-Schmidt,
+    the same Q up to rounding. The state S is never formed before E."""
     with torch.no_grad():
         C = codes.to(F32)
         f, A, KU = rebuild_factors(s_k, u, q, kbuf, ubuf, gbuf, w, pcum)
         s_v = s_v.to(F32)
-        qk = basis(thin_products(C, s_v, f, A, KU, q0.to(F32), True, parts), twice=False)  # [..., K, R]
-        qv = basis(thin_products(C, s_v, f, A, KU, qk, False, parts), twice=True)  # [..., V, R]
-        uk = thin_products(C, s_v, f, A, KU, qv, True, parts)  # [..., K, R]
+        qk = basis(thin_products(C, s_v, f, A, KU, q0.to(F32), True, parts, kernel), twice=False)  # [..., K, R]
+        qv = basis(thin_products(C, s_v, f, A, KU, qk, False, parts, kernel), twice=True)  # [..., V, R]
+        uk = thin_products(C, s_v, f, A, KU, qv, True, parts, kernel)  # [..., K, R]
         uk, qv = guard_overflow(uk, qv)
         u_new = uk.transpose(-1, -2).to(torch.float16).contiguous()
         q_new = qv.transpose(-1, -2).to(torch.float16).contiguous()
-        codes_new, s_k_new, s_v_new = scales_and_codes(residual(C, s_v, f, A, KU, q_new, u_new))
+        codes_new, s_k_new, s_v_new = scales_and_codes(residual(C, s_v, f, A, KU, q_new, u_new, kernel))
         return codes_new, s_k_new, s_v_new, u_new, q_new
