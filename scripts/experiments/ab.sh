@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B of kernel versions in one device call (NOTES items 43-57), the flush's and the step's figures. Each version's package is a copy
-# of src/leapquant at ab/<name>/leapquant: an untracked folder in the checkout, so that the device
-# run carries it (delete it before committing). Run from the repository root:
+# of src/leapquant at ab/<name>/leapquant, a git-ignored folder in the checkout: name `ab` in the
+# device call's carry so that it travels. Run from the repository root:
 #   bash scripts/experiments/ab.sh BASE CANDIDATE [CANDIDATE ...]
 # 1. scripts/compare_outputs.py: each candidate's run() outputs against BASE's, bit for bit (B=512)
 # 2. the GPU tests on each candidate
