@@ -591,8 +591,8 @@ def _reset_window(prog, w, gbuf, pcum, NL: gl.constexpr, NK: gl.constexpr):
 def _flush_program(
     slot, head, next_slot, next_head, has_next, stage,
     codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-    kbuf, ubuf, gbuf, w, pcum, q0, ones,
-    c_s, win_s, ku_s, new_u_s, new_q_s, x_s, b_s, vec_s,
+    kbuf, ubuf, gbuf, w, pcum, ones,
+    q0_s, c_s, win_s, ku_s, new_u_s, new_q_s, x_s, b_s, vec_s,
     C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
     SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
     U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
@@ -631,9 +631,8 @@ def _flush_program(
     rebuild_factors(keys, decay(g_after), wj, u8, q8, ubuf_rows, codes, c_s, win_s, ku_s, NL, NR)
 
     # one round of subspace iteration on the factors
-    vq = gl.arange(0, NV, layout=VEC)
-    a0, a1, a2, a3 = thin_products(gl.load(q0 + vq * NR + 0), gl.load(q0 + vq * NR + 1), gl.load(q0 + vq * NR + 2),
-                                   gl.load(q0 + vq * NR + 3), c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # S^T q0
+    a0, a1, a2, a3 = thin_products(q0_s[0].load(VEC), q0_s[1].load(VEC), q0_s[2].load(VEC), q0_s[3].load(VEC),
+                                   c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # S^T q0
     # qk only has to span S^T q0 (b = S qk spans the same space for any basis of it): one pass
     k0, k1, k2, k3 = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND)
     b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, win_s, ku_s, vec_s, False, NV, NL, QM)  # S qk
@@ -675,8 +674,12 @@ def _allocate_stage(NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl
 
 
 @gluon.jit
-def _set_up_cta(win_s, ku_s, NV: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
-    # once per CTA: the low-rank tiles' rows that stay zero (from L + 2R on)
+def _set_up_cta(q0, q0_s, win_s, ku_s, NV: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
+    # once per CTA: q0's columns into shared memory (every program's first product reads them)
+    # and the low-rank tiles' rows that stay zero (from L + 2R on)
+    vq = gl.arange(0, NV, layout=WORDS)
+    for c in gl.static_range(4):
+        q0_s[c].store(gl.load(q0 + vq * NR + c))
     zero = gl.zeros([LOW_RANK - NL - 2 * NR, NV], gl.bfloat16, ROW8)
     win_s.slice(NL + 2 * NR, LOW_RANK - NL - 2 * NR).store(zero)
     ku_s.slice(NL + 2 * NR, LOW_RANK - NL - 2 * NR).store(zero)
@@ -721,6 +724,8 @@ def _flush_kernel(
     b_s = gl.allocate_shared_memory(gl.bfloat16, [LOW_RANK, THIN], OPERAND_B)  # low-rank correction rows
     vec_s = (gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
              gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1))
+    q0_s = (gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NV], PLAIN1),
+            gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NV], PLAIN1))
     stage = _allocate_stage(NV, NK, NL, NR)
 
     if IN_PLACE:
@@ -748,7 +753,7 @@ def _flush_kernel(
         fence_async_shared()
         n = gl.cdiv(count - pid, G)
         if n > 0:  # a CTA with nothing to flush leaves here
-            _set_up_cta(win_s, ku_s, NV, NL, NR)
+            _set_up_cta(q0, q0_s, win_s, ku_s, NV, NL, NR)
             p = gl.load(mine)
             _prefetch((p // NH).to(gl.int64), p % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf,
                       w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
@@ -759,14 +764,14 @@ def _flush_kernel(
             _flush_program(
                 (p // NH).to(gl.int64), p % NH, (nxt // NH).to(gl.int64), nxt % NH, t + 1 < n, stage,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-                kbuf, ubuf, gbuf, w, pcum, q0, ones,
-                c_s, win_s, ku_s, new_u_s, new_q_s, x_s, b_s, vec_s,
+                kbuf, ubuf, gbuf, w, pcum, ones,
+                q0_s, c_s, win_s, ku_s, new_u_s, new_q_s, x_s, b_s, vec_s,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
             )
     else:
-        _set_up_cta(win_s, ku_s, NV, NL, NR)
+        _set_up_cta(q0, q0_s, win_s, ku_s, NV, NL, NR)
         if pid < num_programs:
             _prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
                       gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
@@ -776,8 +781,8 @@ def _flush_kernel(
             _flush_program(
                 (c // NH).to(gl.int64), c % NH, (nxt // NH).to(gl.int64), nxt % NH, nxt < num_programs, stage,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-                kbuf, ubuf, gbuf, w, pcum, q0, ones,
-                c_s, win_s, ku_s, new_u_s, new_q_s, x_s, b_s, vec_s,
+                kbuf, ubuf, gbuf, w, pcum, ones,
+                q0_s, c_s, win_s, ku_s, new_u_s, new_q_s, x_s, b_s, vec_s,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
