@@ -44,13 +44,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_
                                                                  warpgroup_mma_wait)
 
 from ..geometry import DEPENDENT_COLUMN, EPS, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
-from ..launch import (FLAG_TILE, GLUON_VERIFIED_TRITON, ROUND_MAGIC, ROUND_MAGIC_BITS, checkpoint_strides,
-                      pick_words, resident_ctas)
+from ..launch import (FLAG_TILE, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, ROUND_MAGIC, ROUND_MAGIC_BITS,
+                      checkpoint_strides, pick_words, resident_ctas)
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 8  # two warpgroups: each holds 64 rows of E
-MAX_REGISTERS = None  # the cap that lets two CTAs share an SM's register file
-CTAS_PER_SM = 1  # resident CTAs an SM (<= launch.MOST_CTAS_PER_SM): the persistent grid is this times the SMs
+# One CTA an SM, uncapped: two CTAs an SM (a cap of 128 registers, 109 KB of shared memory) ran
+# slower on the H200, spilling (NOTES.md, "The Gluon flush v3")
+MAX_REGISTERS = None
+CTAS_PER_SM = 1  # resident CTAs an SM: the persistent grid is this times the SMs
+assert CTAS_PER_SM <= MOST_CTAS_PER_SM  # the pool's pick scratch is sized for MOST_CTAS_PER_SM
 THIN = gl.constexpr(16)  # thin products' columns: a [N, R] operand's hi, lo and mid parts and R zeros
 LOW_RANK = gl.constexpr(32)  # rows of the low-rank tiles A and KU
 # Cholesky QR keeps |Q^T Q - I| ~ eps64 cond^2; a pivot below this fraction of its column
