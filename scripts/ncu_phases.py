@@ -46,6 +46,7 @@ HELPER_PHASE = {
     "scales_and_codes": "scales and codes", "_column_sums": "scales and codes",
     "_store_checkpoint": "stores and resets", "_reset_window": "stores and resets",
     "_allocate_stage": "kernel (_flush_kernel)", "_set_up_cta": "kernel (_set_up_cta)",
+    "_add": "kernel (_flush_kernel)",  # the flag scan's combine
 }
 # _flush_program: a phase starts at the first line containing its marker (in this order)
 PROGRAM_MARKERS = (

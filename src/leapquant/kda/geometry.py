@@ -4,7 +4,6 @@ Source: the LeapQuant paper (arXiv 2609.38166) and the NVlabs/kda request
 `requests/conless-leapquant-kda-flush`; see SPEC sections 2, 3 and 7.
 """
 
-import math
 
 H = 32  # heads per sequence; one program = one (slot, head)
 V = 128  # value dimension (rows of the state S[v, k])
@@ -18,9 +17,6 @@ NORM_FLOOR = 1e-30  # Gram-Schmidt divides by max(norm, NORM_FLOOR)
 # Product-path departures from the reference (naive.flush_cpu and the kernel):
 DEPENDENT_COLUMN = 2.0**-40  # a GS column keeping less of its squared norm is replaced by e_r
 TOKEN_LIMIT = 2.0**14  # max|u_r| above this moves powers of two from u_r to q_r (fp16 max 65504)
-# max|S| < 2^(e+1) bounds every |u_r| by sqrt(V) 2^(e+1): the largest e that keeps this bound
-# under TOKEN_LIMIT (9: 11585 < 16384); above it the overflow guard runs
-GUARD_FROM_EXP = math.floor(math.log2(TOKEN_LIMIT / math.sqrt(V))) - 1
 
 # Pool layout (SPEC section 7), in fp32 words unless the name says bytes.
 POOL_OFFSET_WORDS = 12288  # OFF: words before slot 0

@@ -3,23 +3,25 @@
 Flush v3: the subspace products run on the old checkpoint's factors, never on a rebuilt state
 (the formulation of ``triton_kernel.py`` and ``emulation.py``; SPEC section 4):
 
-    S     = diag(s_v) C diag(f) + A^T KU,     f = s_k exp(pcum) / 127
-    S^T x = f * (C^T (s_v * x)) + KU^T (A x)        x = q0 or qv   [K, R]
-    S y   = s_v * (C (f * y))   + A^T (KU y)        y = qk         [V, R]
+    S     = diag(s_v) C diag(f) + A^T KU',    f = s_k exp(pcum) / 127
+    S^T x = f * (C^T (s_v * x)) + KU'^T (A x)       x = q0 or qv   [K, R]
+    S y   = s_v * (C (f * y))   + A^T (KU' y)       y = qk         [V, R]
     E     = (C s_v s_k / 127 + q^T u) exp(pcum) + ubuf^T (w kbuf D) - q_new^T u_new   (formed once, at the end)
 
 with the 32-row low-rank tile A = [ubuf (16); q_hi (4); q_lo (4); 0] [32, V] (exact in bf16) and
-KU = [w_j kbuf_j D_j (16); U' (4); U' (4); 0] [32, K], U' = u exp(pcum).
+KU = [w_j kbuf_j D_j (16); u (4); u (4); 0] [32, K] (in shared memory: two bf16 parts, the token
+rows exact); KU' is KU with its token rows times exp(pcum), which the kernel applies in fp32.
 
 - The codes are copied once a program into shared memory as bf16 (exact: |c| <= 127), the only
   128 x 128 operand; both orientations come from the wgmma operand descriptor.
 - The thin operand (s_v x or f y) goes in as three bf16 parts side by side (one wgmma, N = 16):
   exact products, fp32 accumulation.
-- The low-rank corrections: the 32 inner products A x (or KU y) on the CUDA cores in fp32 (four rows
-  a warp), then one or two small wgmmas against KU^T (two bf16 parts) or A^T (exact). KU's two
-  parts (~2^-16) touch only the bases and u; E takes the old tokens exactly (fp16 x fp16) and the
-  window keys as v2 did (two parts), so an error in u only changes E, which is quantised as
-  formed.
+- The low-rank corrections: the 32 inner products A x (or KU' y) on the CUDA cores in fp32, then
+  four small wgmmas for S^T x (the window and the token rows of KU^T, two bf16 parts each; the
+  token part scaled by exp(pcum) with the codes' product) or one for S y (against the exact
+  A^T). The window keys' two parts (~2^-16) enter the bases, u and E; E takes the old tokens
+  exactly ((q_hi + q_lo)^T (u_hi + u_lo)), and an error in u only changes E, which is quantised
+  as formed.
 - The bases: Cholesky QR with the 4 x 4 Gram matrix summed in fp64 (one reduction a pass; qv gets
   a second pass when ill-conditioned, dependent columns a Gram-Schmidt fallback), each column of
   a thin product first scaled by its own power of two (scale-free: no max|S|).
@@ -142,9 +144,10 @@ def _split_bf16(x):
 
 # Three bf16 parts of two fp32 values, packed in pairs for the shared-memory stores. Hopper runs
 # conversion instructions at a fraction of the fp32 rate, so each part is rounded to bf16's 8
-# significant bits in fp32 arithmetic (Veltkamp's split, c = x (2^16 + 1), hi = c - (c - x): round
-# to nearest) and its upper half taken; .rn keeps ptxas from fusing the split into an fma. x - hi
-# has at most 16 significant bits, so x = hi + mid + lo exactly.
+# significant bits in fp32 arithmetic (a Veltkamp split, c = x * 65538 (0f47800100), hi = c - (c - x):
+# round to nearest, with exact ties not always to even, as Veltkamp's 2^16 + 1 would give) and its
+# upper half taken; .rn keeps ptxas from fusing the split into an fma. x - hi has at most 16
+# significant bits, so x = hi + mid + lo exactly.
 SPLIT3_ASM = gl.constexpr("""{
 .reg .f32 c, t, h0, h1, m0, m1, r0, r1;
 mul.rn.f32 c, $3, 0f47800100; sub.rn.f32 t, c, $3; sub.rn.f32 h0, c, t;
@@ -292,7 +295,7 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
 
 
 @gluon.jit
-def _column_sums(x, scratch, NN: gl.constexpr):
+def _column_sums(x, NN: gl.constexpr):
     # Sums over the rows of x [N, N] (ACC), in the order gl.sum(x, axis=0) adds them (the same
     # bits) for a fraction of its instructions and barriers: the accumulator spreads a column
     # over 8 lanes and 8 warps, and gl.sum reduces it by 3 shuffle rounds on all 32 of a thread's
@@ -495,14 +498,15 @@ def residual(c_s, win_s, ku_s, new_u_s, new_q_s, vec_s, NV: gl.constexpr, NK: gl
 
 
 @gluon.jit
-def scales_and_codes(e, c_s, NV: gl.constexpr, QM: gl.constexpr, SCALE_MIN: gl.constexpr, MAGIC: gl.constexpr,
+def scales_and_codes(e, NV: gl.constexpr, QM: gl.constexpr, SCALE_MIN: gl.constexpr, MAGIC: gl.constexpr,
                      MAGIC_BITS: gl.constexpr):
-    """SPEC steps 5-6 on E [V, K] (ACC): (codes int8 in BYTES, s_k [K], s_v [V]). The exchanges
-    between layouts go through the codes' buffer ``c_s``, free once E is formed."""
+    """SPEC steps 5-6 on E [V, K] (ACC): (codes int8 in BYTES, s_k [K], s_v [V])."""
     # per column once (in the two lanes that hold its sum), not in the 64 threads that hold a
-    # column of E; the fast sqrt is within 1 ulp, and the codes use the stored scales
-    gl.thread_barrier()  # every warp has read the codes from c_s
-    mean_k = _column_sums(gl.abs(e), c_s._reinterpret(gl.float32, [64, NV], PLAIN), NV) * (1.0 / NV)
+    # column of E; the fast sqrt is within 1 ulp, and the codes use the stored scales.
+    # (The measured build has this barrier, from a version that exchanged through the codes'
+    # buffer; the exchanges now use convert_layout's own scratch. Not re-measured without it.)
+    gl.thread_barrier()
+    mean_k = _column_sums(gl.abs(e), NV) * (1.0 / NV)
     s_k = gl.maximum(gl.sqrt(mean_k), SCALE_MIN)
     inv_k = gl.convert_layout(gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN), COLS)  # no divisions
     e = e * inv_k[None, :]  # |E| / s_k, the row scale's argument
@@ -656,7 +660,7 @@ def _flush_program(
     gl.thread_barrier()
 
     e = residual(c_s, win_s, ku_s, new_u_s, new_q_s, vec_s, NV, NK, NL, QM)
-    codes_new, s_k_new, s_v_new = scales_and_codes(e, c_s, NV, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
+    codes_new, s_k_new, s_v_new = scales_and_codes(e, NV, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
     _store_checkpoint(slot, head, codes_new, s_k_new, s_v_new, u_new, q_new,
                       codes_out, sk_out, sv_out, u_out, q_out, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD,
                       U_SLOT, U_HEAD, U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR)
