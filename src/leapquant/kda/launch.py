@@ -14,7 +14,7 @@ import os
 import torch
 
 from .format import CHECKPOINT_FIELDS
-from .geometry import H, K, L, QMAX, R, V
+from .geometry import DEPENDENT_COLUMN, EPS, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
 from .step.naive import QK_NORM_EPS, QK_SCALE, SOFTPLUS_THRESHOLD
 from .step.tl_common import BETA_SERIES_BELOW
 
@@ -54,6 +54,26 @@ def checkpoint_strides(codes, s_k, s_v, u, q) -> dict:
         U_SLOT=u.stride(0), U_HEAD=u.stride(1), U_ROW=u.stride(2),
         Q_SLOT=q.stride(0), Q_HEAD=q.stride(1), Q_ROW=q.stride(2),
     )
+
+
+def flush_arguments(ckpt_in, ckpt_out, window, q0, idx, hcnt, picks, num_programs: int, pick_stride: int) -> dict:
+    """The arguments both flush kernels take, by name: the old and the new checkpoint
+    (``codes_in`` .. ``q_out``; the same tensors for an in-place pool flush), the window
+    (``kbuf, ubuf, gbuf, w, pcum``), ``q0``, the pool's ``idx``, ``hcnt`` and ``picks`` scratch
+    (a functional launch passes any tensor in their place), the candidate programs, the picks' words
+    per CTA, the checkpoint strides and ``FLUSH_CONSTANTS``. Each kernel adds its own switches
+    and constants (``flush.triton_kernel.launch_flush``, ``flush.gluon_kernel.launch_flush``)."""
+    names_in = ("codes_in", "sk_in", "sv_in", "u_in", "q_in")
+    names_out = ("codes_out", "sk_out", "sv_out", "u_out", "q_out")
+    return dict(**dict(zip(names_in, ckpt_in)), **dict(zip(names_out, ckpt_out)),
+                **dict(zip(("kbuf", "ubuf", "gbuf", "w", "pcum"), window)), q0=q0, idx=idx, hcnt=hcnt,
+                picks=picks, num_programs=num_programs, pick_stride=pick_stride,
+                **checkpoint_strides(*ckpt_in), **FLUSH_CONSTANTS)
+
+
+# the flush kernels' geometry and numeric constants, by their constexpr names
+FLUSH_CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), SCALE_MIN=EPS, NORM_MIN=NORM_FLOOR,
+                       DROP=DEPENDENT_COLUMN, U_LIMIT=TOKEN_LIMIT, MAGIC=ROUND_MAGIC, MAGIC_BITS=ROUND_MAGIC_BITS)
 
 
 # the step kernels' arguments not specialised on (alignment, value 1): the caller's pointers and

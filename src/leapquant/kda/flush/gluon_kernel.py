@@ -45,9 +45,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-from ..geometry import DEPENDENT_COLUMN, EPS, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
-from ..launch import (FLAG_TILE, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, ROUND_MAGIC, ROUND_MAGIC_BITS,
-                      checkpoint_strides, pick_words, resident_ctas)
+from ..geometry import H, K
+from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flush_arguments, pick_words,
+                      resident_ctas)
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 8  # two warpgroups: each holds 64 rows of E
@@ -814,7 +814,6 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     num_programs = (idx.numel() if in_place else ckpt_in[0].shape[0]) * H
     if num_programs == 0:
         return None
-    kbuf, ubuf, gbuf, w, pcum = window
     grid = (resident_ctas(q0.device, CTAS_PER_SM),)
     pick_stride = triton.cdiv(min(num_programs, hcnt.shape[0] * H), grid[0]) if in_place else 0
     if in_place and picks is None:
@@ -822,14 +821,11 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     dummy = q0  # unused pointer arguments in functional mode
     with torch.cuda.device(q0.device):
         return _flush_kernel[grid](
-            *ckpt_in, *ckpt_out, kbuf, ubuf, gbuf, w, pcum, q0,
-            idx if in_place else dummy, hcnt if in_place else dummy, _ones(q0.device), num_programs,
-            picks if in_place else dummy, pick_stride,
-            **checkpoint_strides(*ckpt_in), IN_PLACE=in_place, TILE=FLAG_TILE, CTAS=grid[0], **_CONSTANTS,
+            **flush_arguments(ckpt_in, ckpt_out, window, q0, idx if in_place else dummy,
+                              hcnt if in_place else dummy, picks if in_place else dummy, num_programs, pick_stride),
+            ones=_ones(q0.device), IN_PLACE=in_place, TILE=FLAG_TILE, CTAS=grid[0], SECOND=SECOND_PASS_BELOW,
             num_warps=NUM_WARPS, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
         )
 
 
-_CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), SCALE_MIN=EPS, NORM_MIN=NORM_FLOOR,
-                  DROP=DEPENDENT_COLUMN, SECOND=SECOND_PASS_BELOW, U_LIMIT=TOKEN_LIMIT,
-                  MAGIC=ROUND_MAGIC, MAGIC_BITS=ROUND_MAGIC_BITS)
+_CONSTANTS = dict(**FLUSH_CONSTANTS, SECOND=SECOND_PASS_BELOW)  # the kernel's constants

@@ -27,8 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..geometry import DEPENDENT_COLUMN, EPS, H, K, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT, V
-from ..launch import FLAG_TILE, ROUND_MAGIC, ROUND_MAGIC_BITS, checkpoint_strides, interpreting, pick_words, resident_ctas
+from ..geometry import H
+from ..launch import FLAG_TILE, FLUSH_CONSTANTS, flush_arguments, interpreting, pick_words, resident_ctas
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the thin operands ride in a 16-column block
 LOW_RANK_ROWS = 32  # the low-rank tile: window (L), q_hi (R), q_lo (R), zero rows
@@ -436,18 +436,7 @@ def _flush_kernel(
         )
 
 
-_CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, RP=RANK_PAD, MR=LOW_RANK_ROWS, QM=float(QMAX), SCALE_MIN=EPS,
-                  NORM_MIN=NORM_FLOOR, DROP=DEPENDENT_COLUMN, U_LIMIT=TOKEN_LIMIT,
-                  MAGIC=ROUND_MAGIC, MAGIC_BITS=ROUND_MAGIC_BITS)
-
-
-def _pointers(ckpt_in, ckpt_out, window, q0, idx, hcnt, picks) -> dict:
-    """The kernel's tensor arguments by name."""
-    names_in = ("codes_in", "sk_in", "sv_in", "u_in", "q_in")
-    names_out = ("codes_out", "sk_out", "sv_out", "u_out", "q_out")
-    return {**dict(zip(names_in, ckpt_in)), **dict(zip(names_out, ckpt_out)),
-            **dict(zip(("kbuf", "ubuf", "gbuf", "w", "pcum"), window)), "q0": q0, "idx": idx, "hcnt": hcnt,
-            "picks": picks}
+_CONSTANTS = dict(**FLUSH_CONSTANTS, RP=RANK_PAD, MR=LOW_RANK_ROWS)  # the kernel's constants
 
 
 def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None):
@@ -478,12 +467,9 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     # launch on the tensors' GPU, which need not be the current device
     with torch.cuda.device(q0.device) if q0.is_cuda else contextlib.nullcontext():
         return _flush_kernel[grid](
-            **_pointers(ckpt_in, ckpt_out, window, q0, idx if in_place else dummy, hcnt if in_place else dummy,
-                        picks if persistent else dummy),
-            num_programs=num_programs, pick_stride=pick_stride,
-            **checkpoint_strides(*ckpt_in),
-            **dict(IN_PLACE=in_place, UPCAST=interpreting(), PERSISTENT=persistent, PARTS=SUBSPACE_SPLIT,
-                   TILE=FLAG_TILE, CTAS=grid[0]),
-            **_CONSTANTS,
+            **flush_arguments(ckpt_in, ckpt_out, window, q0, idx if in_place else dummy,
+                              hcnt if in_place else dummy, picks if persistent else dummy, num_programs, pick_stride),
+            IN_PLACE=in_place, UPCAST=interpreting(), PERSISTENT=persistent, PARTS=SUBSPACE_SPLIT, TILE=FLAG_TILE,
+            CTAS=grid[0], RP=RANK_PAD, MR=LOW_RANK_ROWS,
             num_warps=NUM_WARPS, num_stages=1, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
         )

@@ -1,0 +1,57 @@
+"""The flush launchers pass every kernel argument by name (``launch.flush_arguments`` plus each
+kernel's own switches), checked on the CPU against each kernel's parameter list: a renamed or
+missing argument fails here, not first on a GPU."""
+
+import contextlib
+
+import pytest
+import torch
+import triton
+
+from leapquant.kda import Pool
+from leapquant.kda.flush import triton_kernel
+
+LAUNCH_OPTIONS = {"num_warps", "num_stages", "maxnreg"}
+
+
+class _Capture:
+    """Stands in for a kernel: ``kernel[grid](**kwargs)`` records the keywords."""
+
+    def __init__(self):
+        self.kwargs = None
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            assert not args, "arguments are passed by name"
+            self.kwargs = kwargs
+        return launch
+
+
+def _launched_names(monkeypatch, module, in_place: bool) -> tuple[set, list]:
+    real = module._flush_kernel
+    capture = _Capture()
+    monkeypatch.setattr(module, "_flush_kernel", capture)
+    monkeypatch.setattr(module.torch.cuda, "device", lambda d: contextlib.nullcontext())
+    pool = Pool(3, "cpu")
+    q0 = torch.randn(128, 4)
+    if in_place:
+        module.launch_flush(pool.checkpoint, pool.checkpoint, pool.window, q0,
+                            idx=torch.tensor([1, 2], dtype=torch.int32), hcnt=pool.hcnt)
+    else:
+        module.launch_flush(pool.checkpoint, tuple(torch.empty_like(t) for t in pool.checkpoint), pool.window, q0)
+    return set(capture.kwargs) - LAUNCH_OPTIONS, [p.name for p in real.params]
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["functional", "pool"])
+def test_portable_flush_launch_names_every_argument(monkeypatch, in_place):
+    names, params = _launched_names(monkeypatch, triton_kernel, in_place)
+    assert names == set(params)
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["functional", "pool"])
+def test_gluon_flush_launch_names_every_argument(monkeypatch, in_place):
+    gluon_kernel = pytest.importorskip("leapquant.kda.flush.gluon_kernel")
+    if triton.__version__ not in gluon_kernel.VERIFIED_TRITON:
+        pytest.skip(f"Gluon kernel verified with triton {gluon_kernel.VERIFIED_TRITON}")
+    names, params = _launched_names(monkeypatch, gluon_kernel, in_place)
+    assert names == set(params)
