@@ -4,7 +4,6 @@ Source: the LeapQuant paper (arXiv 2609.38166) and the NVlabs/kda request
 `requests/conless-leapquant-kda-flush`; see SPEC sections 2, 3 and 7.
 """
 
-
 H = 32  # heads per sequence; one program = one (slot, head)
 V = 128  # value dimension (rows of the state S[v, k])
 K = 128  # key dimension (columns)

@@ -1,6 +1,7 @@
-"""Plain-PyTorch emulation of the portable kernel's arithmetic on the checkpoint's factors ("flush
-v3"): the subspace products and the residual run on the int8 codes (exact in bf16) and the
-low-rank factors, never on a rebuilt fp32 state.
+"""Plain-PyTorch emulation of the flush kernels' arithmetic on the checkpoint's factors ("flush
+v3"; the portable kernel's, or with ``kernel="gluon"`` the Gluon kernel's low-rank choices): the
+subspace products and the residual run on the int8 codes (exact in bf16) and the low-rank
+factors, never on a rebuilt fp32 state.
 
     S    = diag(s_v) C diag(f) + A^T KU
     S^T x = f * (C^T (s_v * x)) + KU^T (A x)        x = q0 or qv      [K, R]
@@ -16,13 +17,17 @@ What is emulated, as the kernel does it:
   (one tensor-core product with N = 16, 4 * parts columns used); products with the int8 codes are
   exact, the accumulation is fp32 (here: an fp32 matmul of exact values);
 * the low-rank corrections ``KU^T (A x)`` and ``A^T (KU y)`` at fp32 class: their fp32 operands
-  (x or y, KU, the intermediate A x or KU y) as three bf16 parts, exact products, fp32 sums;
+  (x or y, KU, the intermediate A x or KU y) as three bf16 parts, exact products, fp32 sums
+  (``kernel="gluon"``: the Gluon kernel's, the inner products A x and KU y in fp32, then three
+  parts against KU^T with its window keys in two, or against the exact A^T; the token rows at
+  fp32);
 * Gram-Schmidt as the kernel's (classical, projections and |v|^2 from one reduction, a second pass
   only after cancellation (Kahan's criterion) and only for qv, dependent columns -> e_r), each
   column first scaled by its own power of two (scale-free; no max|S| needed);
 * the fp16 overflow guard on u (always: without max|S| there is no cheap bound to skip it);
 * the residual as one fp32 accumulation of exact products onto the dequantised codes: KU in three
-  bf16 parts against A, and the fp16 new tokens (exact in two bf16 parts each);
+  bf16 parts against A (``kernel="gluon"``: the window keys in two, the old tokens at fp32), and
+  the fp16 new tokens (exact in two bf16 parts each);
 * the kernel's scales and codes (reciprocal-multiply, round half to even).
 
 Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
@@ -123,8 +128,8 @@ def thin_products(C, s_v, f, A, KU, x, transpose: bool, parts: int | str = 3, ke
     ``parts`` bf16 parts (exact products, fp32 sums), or in fixed point (``parts="fixed"``,
     ``fixed_point_product``), the low-rank tile in fp32. ``kernel``: whose corrections are emulated,
     ``"triton"`` (every fp32 operand as three bf16 parts on the tensor cores, ~2^-24) or ``"gluon"``
-    (the inner products A x / KU y in fp32 on the CUDA cores, then three parts against the window
-    keys in two)."""
+    (the inner products A x / KU y in fp32 on the CUDA cores, then three parts against KU^T with
+    its window keys in two bf16 parts (S^T x), or against the exact A^T (S y))."""
     if kernel == "gluon":
         x3, KU3 = x, _gluon_tile(KU)
     else:

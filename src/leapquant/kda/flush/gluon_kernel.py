@@ -823,9 +823,10 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
         return _flush_kernel[grid](
             **flush_arguments(ckpt_in, ckpt_out, window, q0, idx if in_place else dummy,
                               hcnt if in_place else dummy, picks if in_place else dummy, num_programs, pick_stride),
-            ones=_ones(q0.device), IN_PLACE=in_place, TILE=FLAG_TILE, CTAS=grid[0], SECOND=SECOND_PASS_BELOW,
+            ones=_ones(q0.device), IN_PLACE=in_place, TILE=FLAG_TILE, CTAS=grid[0], **_OWN_CONSTANTS,
             num_warps=NUM_WARPS, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
         )
 
 
-_CONSTANTS = dict(**FLUSH_CONSTANTS, SECOND=SECOND_PASS_BELOW)  # the kernel's constants
+_OWN_CONSTANTS = dict(SECOND=SECOND_PASS_BELOW)  # the constants only this kernel takes
+_CONSTANTS = dict(**FLUSH_CONSTANTS, **_OWN_CONSTANTS)  # all of its constants (scripts/compile_sm90.py)

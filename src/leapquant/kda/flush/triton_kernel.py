@@ -436,7 +436,8 @@ def _flush_kernel(
         )
 
 
-_CONSTANTS = dict(**FLUSH_CONSTANTS, RP=RANK_PAD, MR=LOW_RANK_ROWS)  # the kernel's constants
+_OWN_CONSTANTS = dict(RP=RANK_PAD, MR=LOW_RANK_ROWS)  # the constants only this kernel takes
+_CONSTANTS = dict(**FLUSH_CONSTANTS, **_OWN_CONSTANTS)  # all of its constants (scripts/compile_sm90.py)
 
 
 def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None):
@@ -470,6 +471,6 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
             **flush_arguments(ckpt_in, ckpt_out, window, q0, idx if in_place else dummy,
                               hcnt if in_place else dummy, picks if persistent else dummy, num_programs, pick_stride),
             IN_PLACE=in_place, UPCAST=interpreting(), PERSISTENT=persistent, PARTS=SUBSPACE_SPLIT, TILE=FLAG_TILE,
-            CTAS=grid[0], RP=RANK_PAD, MR=LOW_RANK_ROWS,
+            CTAS=grid[0], **_OWN_CONSTANTS,
             num_warps=NUM_WARPS, num_stages=1, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
         )
