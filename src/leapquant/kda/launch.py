@@ -45,6 +45,17 @@ def pick_words(num_slots: int, device: torch.device) -> int:
     return num_slots * H + resident_ctas(device, MOST_CTAS_PER_SM)
 
 
+def pool_picks(num_programs: int, hcnt: torch.Tensor, ctas: int, picks: torch.Tensor | None = None):
+    """``(picks, pick_stride)`` of a persistent pool grid of ``ctas`` CTAs over ``num_programs``
+    candidates: due programs are at most the pool's (slots x heads), so a CTA picks at most
+    ``pick_stride`` of them; ``picks`` is the caller's int32 scratch (``Pool.picks``) or a new one
+    of ``pick_words`` words on ``hcnt``'s device."""
+    pick_stride = -(-min(num_programs, hcnt.shape[0] * H) // ctas)
+    if picks is None:
+        picks = torch.empty(pick_words(hcnt.shape[0], hcnt.device), dtype=torch.int32, device=hcnt.device)
+    return picks, pick_stride
+
+
 def checkpoint_strides(codes, s_k, s_v, u, q) -> dict:
     """Slot, head and row strides of the checkpoint tensors, as the kernels' constexpr names."""
     return dict(

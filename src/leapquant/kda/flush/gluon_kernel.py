@@ -39,14 +39,13 @@ from __future__ import annotations
 import functools
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
 from ..geometry import H, K
-from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flush_arguments, pick_words,
+from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flush_arguments, pool_picks,
                       resident_ctas)
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
@@ -815,14 +814,12 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     if num_programs == 0:
         return None
     grid = (resident_ctas(q0.device, CTAS_PER_SM),)
-    pick_stride = triton.cdiv(min(num_programs, hcnt.shape[0] * H), grid[0]) if in_place else 0
-    if in_place and picks is None:
-        picks = torch.empty(pick_words(hcnt.shape[0], q0.device), dtype=torch.int32, device=q0.device)
     dummy = q0  # unused pointer arguments in functional mode
+    picks, pick_stride = pool_picks(num_programs, hcnt, grid[0], picks) if in_place else (dummy, 0)
     with torch.cuda.device(q0.device):
         return _flush_kernel[grid](
             **flush_arguments(ckpt_in, ckpt_out, window, q0, idx if in_place else dummy,
-                              hcnt if in_place else dummy, picks if in_place else dummy, num_programs, pick_stride),
+                              hcnt if in_place else dummy, picks, num_programs, pick_stride),
             ones=_ones(q0.device), IN_PLACE=in_place, TILE=FLAG_TILE, CTAS=grid[0], **_OWN_CONSTANTS,
             num_warps=NUM_WARPS, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
         )

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from ..geometry import H
-from ..launch import FLAG_TILE, FLUSH_CONSTANTS, flush_arguments, interpreting, pick_words, resident_ctas
+from ..launch import FLAG_TILE, FLUSH_CONSTANTS, flush_arguments, interpreting, pool_picks, resident_ctas
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the thin operands ride in a 16-column block
 LOW_RANK_ROWS = 32  # the low-rank tile: window (L), q_hi (R), q_lo (R), zero rows
@@ -461,15 +461,12 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     # a pool call may have few or no programs due: resident CTAs share out the due ones
     persistent = in_place and PERSISTENT_POOL
     grid = (resident_ctas(q0.device) if persistent else num_programs,)
-    # due programs are at most the pool's (slots * heads), so a CTA picks at most this many
-    pick_stride = triton.cdiv(min(num_programs, hcnt.shape[0] * H), grid[0]) if persistent else 0
-    if persistent and picks is None:
-        picks = torch.empty(pick_words(hcnt.shape[0], q0.device), dtype=torch.int32, device=q0.device)
+    picks, pick_stride = pool_picks(num_programs, hcnt, grid[0], picks) if persistent else (dummy, 0)
     # launch on the tensors' GPU, which need not be the current device
     with torch.cuda.device(q0.device) if q0.is_cuda else contextlib.nullcontext():
         return _flush_kernel[grid](
             **flush_arguments(ckpt_in, ckpt_out, window, q0, idx if in_place else dummy,
-                              hcnt if in_place else dummy, picks if persistent else dummy, num_programs, pick_stride),
+                              hcnt if in_place else dummy, picks, num_programs, pick_stride),
             IN_PLACE=in_place, UPCAST=interpreting(), PERSISTENT=persistent, PARTS=SUBSPACE_SPLIT, TILE=FLAG_TILE,
             CTAS=grid[0], **_OWN_CONSTANTS,
             num_warps=NUM_WARPS, num_stages=1, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
