@@ -112,4 +112,21 @@ def test_decode_loop_on_cuda_tracks_fla():
     from leapquant.eval.step_loop import decode_loop
 
     res = decode_loop(N=4, T=2 * L, prefill=64, device="cuda", seed=0)
+    assert res["prefill"] == "chunk"  # an engine's prefill: fla's chunk_kda
     assert max(res["window_rel"]) <= 5e-3 and res["window_rel"][-1] <= 1.5 * res["window_rel"][0], res
+
+
+def test_chunk_prefill_matches_the_step_conventions():
+    # fla's chunk_kda on the raw bf16 tokens (l2 norm in its kernel) gives the state that the
+    # step's own normalisation, gate and beta give in fp32 (naive_recurrent_kda), up to chunk_kda's
+    # bf16 intermediates: a transposed state, a missing K^-1/2 or an unrounded beta would not
+    pytest.importorskip("fla.ops.kda")
+    from leapquant.eval.step_loop import fla_prefill, token_stream
+
+    params = step_inputs.model_params("cuda")
+    tok = token_stream(4, 64, "cuda", seed=3)
+    S_chunk = fla_prefill(tok, params, "chunk")
+    S_naive = fla_prefill(tok, params, "naive")
+    assert S_chunk.dtype == torch.float32 and S_chunk.shape == S_naive.shape
+    rel = float((S_chunk - S_naive).norm() / S_naive.norm())
+    assert rel <= 2e-2, rel

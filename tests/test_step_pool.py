@@ -79,6 +79,7 @@ def test_write_state_rejects_bad_arguments():
 def test_decode_loop_tracks_fla_recurrence(bias_shift, rel_bound, head_bound, growth):
     res = decode_loop(N=2, T=2 * L, prefill=64, device="cpu", seed=0, bias_shift=bias_shift)
     rel = res["window_rel"]
+    assert res["prefill"] == "naive"  # chunk_kda needs a GPU (tests/test_step_gpu.py runs it)
     assert len(rel) == 2
     assert all(r == r for r in rel)  # finite
     assert max(rel) <= rel_bound, res

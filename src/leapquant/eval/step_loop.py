@@ -1,6 +1,8 @@
 """The decode loop on a Pool against flash-linear-attention's fp32-state recurrence.
 
-A prefill (fla's ``naive_recurrent_kda`` from a zero state) gives each sequence an fp32 state;
+A prefill gives each sequence an fp32 state, as an engine's would: fla's ``chunk_kda`` on CUDA
+(bf16 q, k, v as a model produces them, l2-normalised in the kernel, the step's gate and bf16
+beta), fla's ``naive_recurrent_kda`` on the CPU (``chunk_kda``'s Triton kernels need a GPU);
 ``write_state`` compresses it into a pool slot; then every token runs ``step_inplace`` and
 ``leapquant.kda.flush_inplace`` (which compresses each window as it fills). The same tokens
 continue fla's recurrence from the same fp32 state, and the outputs are compared window by
@@ -25,7 +27,7 @@ import json
 
 import torch
 
-from ..kda.geometry import H, L, R, V
+from ..kda.geometry import H, K, L, R, V
 from ..kda.pool import Pool
 from ..kda.step.naive import gate, normalize_qk
 from . import step_inputs
@@ -59,15 +61,35 @@ def fla_recurrence(tok: dict, params: dict, state: torch.Tensor | None):
     return o.transpose(0, 1), S
 
 
+def fla_prefill(tok: dict, params: dict, method: str) -> torch.Tensor:
+    """The fp32 state ``[N, H, K, V]`` after the prompt ``tok`` from a zero state: fla's
+    ``chunk_kda`` (``method="chunk"``, CUDA: the raw bf16 q, k, v, ``use_qk_l2norm_in_kernel``,
+    scale K^-1/2, the step's gate and bf16-rounded beta) or ``naive_recurrent_kda`` (``"naive"``,
+    on the step's own ``kn``, ``qn``)."""
+    if method == "naive":
+        return fla_recurrence(tok, params, None)[1]
+    if method != "chunk":
+        raise ValueError(f"prefill method {method!r}: 'chunk' or 'naive'")
+    from fla.ops.kda import chunk_kda
+
+    g, _, beta = gate(tok["a"], tok["b"], params["A_log"], params["dt_bias"])
+    _, S = chunk_kda(tok["qx"].transpose(0, 1).contiguous(), tok["kx"].transpose(0, 1).contiguous(),
+                     tok["vx"].transpose(0, 1).contiguous(), g.transpose(0, 1).contiguous(),
+                     beta.transpose(0, 1).bfloat16().contiguous(), scale=K ** -0.5, output_final_state=True,
+                     use_qk_l2norm_in_kernel=True)
+    return S.float()
+
+
 def decode_loop(N: int = 2, T: int = 32, prefill: int = 64, device="cpu", seed: int = 0,
-                bias_shift: float = 0.0) -> dict:
+                bias_shift: float = 0.0, prefill_method: str | None = None) -> dict:
     """Run the loop (module docstring) for ``N`` sequences and ``T`` decode tokens after a
     ``prefill``-token prefill. Returns ``{"window_rel": [...], "window_worst_head": [...],
-    "rounding_rel": [...], "state_scale": float}``: per window of ``L`` tokens, ``||o - o_fla|| /
+    "rounding_rel": [...], "state_scale": float, "prefill": str}``: per window of ``L`` tokens, ``||o - o_fla|| /
     ||o_fla||`` over the window's outputs, the worst of that ratio over (sequence, head), and the
     same ratio for ``bf16(o_fla)`` alone (the output format's own share). ``bias_shift`` is added
     to ``dt_bias`` (e.g. -4: slow gates, ~0.7% decay a token, so the state and its checkpoint
-    carry a long memory instead of being forgotten within a window)."""
+    carry a long memory instead of being forgotten within a window). ``prefill_method``:
+    ``fla_prefill``'s, by default ``"chunk"`` on CUDA and ``"naive"`` elsewhere."""
     from ..kda import flush_inplace
     from ..kda.interface import step_inplace, write_state
 
@@ -75,7 +97,8 @@ def decode_loop(N: int = 2, T: int = 32, prefill: int = 64, device="cpu", seed: 
     params["dt_bias"] = params["dt_bias"] + bias_shift
     gen = torch.Generator(device=device).manual_seed(seed + 17)
     q0 = torch.randn(V, R, generator=gen, device=device)
-    _, S0 = fla_recurrence(token_stream(N, prefill, device, seed + 1), params, None)
+    prefill_method = prefill_method or ("chunk" if torch.device(device).type == "cuda" else "naive")
+    S0 = fla_prefill(token_stream(N, prefill, device, seed + 1), params, prefill_method)
     tok = token_stream(N, T, device, seed + 2)
     o_ref, _ = fla_recurrence(tok, params, S0.clone())
 
@@ -91,7 +114,7 @@ def decode_loop(N: int = 2, T: int = 32, prefill: int = 64, device="cpu", seed: 
         outs.append(o.float())
     o = torch.stack(outs)  # [T, N, H, V]
     res = {"window_rel": [], "window_worst_head": [], "rounding_rel": [],
-           "state_scale": float(S0.abs().mean())}
+           "state_scale": float(S0.abs().mean()), "prefill": prefill_method}
     for w0 in range(0, T, L):
         sl = slice(w0, w0 + L)
         err, ref = o[sl] - o_ref[sl], o_ref[sl]
@@ -118,7 +141,8 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "device": device, **res}, f, indent=1)
-    print(f"state scale (mean |S| after the prefill): {res['state_scale']:.4g}")
+    print(f"prefill: fla's {'chunk_kda' if res['prefill'] == 'chunk' else 'naive_recurrent_kda'}; "
+          f"state scale (mean |S| after it): {res['state_scale']:.4g}")
     print("window  rel. error  worst head  bf16(o) alone")
     for i, (a, b, c) in enumerate(zip(res["window_rel"], res["window_worst_head"], res["rounding_rel"])):
         print(f"{i:6d}  {a:10.3e}  {b:10.3e}  {c:13.3e}")
