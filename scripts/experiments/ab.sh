@@ -4,7 +4,7 @@
 # device call's carry so that it travels. Run from the repository root:
 #   bash scripts/experiments/ab.sh BASE CANDIDATE [CANDIDATE ...]
 # 1. scripts/compare_outputs.py: each candidate's run() outputs against BASE's, bit for bit (B=512)
-# 2. the GPU tests on each candidate
+# 2. the GPU tests on each candidate (or on those AB_TESTED names)
 # 3. python -m leapquant.bench --batch-sizes 16,512 for BASE and the candidates, interleaved twice
 # Logs under $OUT (the bench output of every version in ab.log, its figures in ab_<name>_<rep>.json);
 # a summary table last (all PASS: every input family at both batch sizes). Exits 1 when a version
@@ -30,7 +30,7 @@ for v in "$@"; do
   echo "compare $v against $base: exit $?"
   tail -n 10 "$OUT/cmp_$v.log"
 done
-for v in "$@"; do
+for v in ${AB_TESTED:-$@}; do  # AB_TESTED: the candidates whose GPU tests run (default: all)
   PYTHONPATH=$versions/$v timeout 200 python3 -m pytest -q -m gpu tests/ -x > "$OUT/pytest_$v.log" 2>&1
   echo "GPU tests $v: $(tail -n 1 "$OUT/pytest_$v.log")"
 done
