@@ -4,7 +4,7 @@
 # device call's carry so that it travels. Run from the repository root:
 #   bash scripts/experiments/ab.sh BASE CANDIDATE [CANDIDATE ...]
 # 1. scripts/compare_outputs.py: each candidate's run() outputs against BASE's, bit for bit (B=512)
-# 2. the GPU tests on each candidate (or on those AB_TESTED names)
+# 2. the GPU tests on each candidate (or on those AB_TESTED names; AB_TEST_PATHS: which tests, default tests/)
 # 3. python -m leapquant.bench --batch-sizes 16,512 for BASE and the candidates, interleaved twice
 # Logs under $OUT (the bench output of every version in ab.log, its figures in ab_<name>_<rep>.json);
 # a summary table last (all PASS: every input family at both batch sizes). Exits 1 when a version
@@ -31,7 +31,7 @@ for v in "$@"; do
   tail -n 10 "$OUT/cmp_$v.log"
 done
 for v in ${AB_TESTED:-$@}; do  # AB_TESTED: the candidates whose GPU tests run (default: all)
-  PYTHONPATH=$versions/$v timeout 200 python3 -m pytest -q -m gpu tests/ -x > "$OUT/pytest_$v.log" 2>&1
+  PYTHONPATH=$versions/$v timeout 200 python3 -m pytest -q -m gpu ${AB_TEST_PATHS:-tests/} -x > "$OUT/pytest_$v.log" 2>&1
   echo "GPU tests $v: $(tail -n 1 "$OUT/pytest_$v.log")"
 done
 : > "$OUT/ab.log"
