@@ -22,14 +22,15 @@ def main(argv):
         shift = r["args"].get("bias_shift", 0.0)
         label = "model gates" if not shift else f"slow gates (dt_bias {shift:+g})"
         x = range(1, len(r["window_rel"]) + 1)
-        where = f"{r['device']}, {r['args'].get('sequences', '?')} seq."
+        prefill = "chunk_kda" if r.get("prefill") == "chunk" else "naive"  # runs before the field: naive
+        where = f"{r['device']}, {r['args'].get('sequences', '?')} seq., {prefill} prefill"
         ax.plot(x, r["window_rel"], "o-", label=f"{label} ({where}): LeapQuant vs fp32 state")
         ax.plot(x, r["window_worst_head"], ".:", label=f"{label} ({where}): worst (sequence, head)")
     ax.plot(x, r["rounding_rel"], "k--", label="bf16 rounding of the fp32 output alone")
     ax.set_xlabel("window (16 tokens each)")
     ax.set_ylabel("||o - o_fp32|| / ||o_fp32||")
     ax.set_yscale("log")
-    ax.set_title("decode loop (step + flush every token) vs fla naive_recurrent_kda")
+    ax.set_title("decode loop (step + flush every token) vs fla's fp32 recurrence")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=120)

@@ -89,6 +89,22 @@ def test_decode_loop_tracks_fla_recurrence(bias_shift, rel_bound, head_bound, gr
     assert all(r >= f for r, f in zip(rel, res["rounding_rel"])), res
 
 
+def test_prefill_methods():
+    # the CPU prefill is naive_recurrent_kda's (o [T, N, H, V], state [N, H, K, V], fp32); an
+    # unknown method is refused (chunk_kda's path: tests/test_step_gpu.py)
+    from leapquant.eval import step_inputs
+    from leapquant.eval.step_loop import fla_prefill, fla_recurrence, token_stream
+
+    params = step_inputs.model_params("cpu")
+    tok = token_stream(2, 8, "cpu", seed=4)
+    o, S = fla_prefill(tok, params, "naive")
+    o_ref, S_ref = fla_recurrence(tok, params, None)
+    assert o.shape == (8, 2, H, V) and S.shape == (2, H, K, V) and S.dtype == torch.float32
+    assert torch.equal(o, o_ref) and torch.equal(S, S_ref)
+    with pytest.raises(ValueError, match="prefill method"):
+        fla_prefill(tok, params, "fused")
+
+
 def test_pool_names_the_kernels_it_runs():
     # a CPU pool runs the PyTorch paths; the step's kernel is chosen where the flush's is
     from leapquant.kda.kernel import choose

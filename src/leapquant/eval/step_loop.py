@@ -61,23 +61,24 @@ def fla_recurrence(tok: dict, params: dict, state: torch.Tensor | None):
     return o.transpose(0, 1), S
 
 
-def fla_prefill(tok: dict, params: dict, method: str) -> torch.Tensor:
-    """The fp32 state ``[N, H, K, V]`` after the prompt ``tok`` from a zero state: fla's
-    ``chunk_kda`` (``method="chunk"``, CUDA: the raw bf16 q, k, v, ``use_qk_l2norm_in_kernel``,
-    scale K^-1/2, the step's gate and bf16-rounded beta) or ``naive_recurrent_kda`` (``"naive"``,
-    on the step's own ``kn``, ``qn``)."""
+def fla_prefill(tok: dict, params: dict, method: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """fla over the prompt ``tok`` from a zero state: ``(o fp32 [T, N, H, V], final state fp32
+    [N, H, K, V])``, by ``chunk_kda`` (``method="chunk"``, CUDA: the raw bf16 q, k, v,
+    ``use_qk_l2norm_in_kernel``, scale K^-1/2, the step's gate and bf16-rounded beta) or
+    ``naive_recurrent_kda`` (``"naive"``, on the step's own ``kn``, ``qn``). Raises ValueError
+    for another method."""
     if method == "naive":
-        return fla_recurrence(tok, params, None)[1]
+        return fla_recurrence(tok, params, None)
     if method != "chunk":
         raise ValueError(f"prefill method {method!r}: 'chunk' or 'naive'")
     from fla.ops.kda import chunk_kda
 
     g, _, beta = gate(tok["a"], tok["b"], params["A_log"], params["dt_bias"])
-    _, S = chunk_kda(tok["qx"].transpose(0, 1).contiguous(), tok["kx"].transpose(0, 1).contiguous(),
+    o, S = chunk_kda(tok["qx"].transpose(0, 1).contiguous(), tok["kx"].transpose(0, 1).contiguous(),
                      tok["vx"].transpose(0, 1).contiguous(), g.transpose(0, 1).contiguous(),
                      beta.transpose(0, 1).bfloat16().contiguous(), scale=K ** -0.5, output_final_state=True,
                      use_qk_l2norm_in_kernel=True)
-    return S.float()
+    return o.transpose(0, 1).float(), S.float()
 
 
 def decode_loop(N: int = 2, T: int = 32, prefill: int = 64, device="cpu", seed: int = 0,
@@ -98,7 +99,7 @@ def decode_loop(N: int = 2, T: int = 32, prefill: int = 64, device="cpu", seed: 
     gen = torch.Generator(device=device).manual_seed(seed + 17)
     q0 = torch.randn(V, R, generator=gen, device=device)
     prefill_method = prefill_method or ("chunk" if torch.device(device).type == "cuda" else "naive")
-    S0 = fla_prefill(token_stream(N, prefill, device, seed + 1), params, prefill_method)
+    _, S0 = fla_prefill(token_stream(N, prefill, device, seed + 1), params, prefill_method)
     tok = token_stream(N, T, device, seed + 2)
     o_ref, _ = fla_recurrence(tok, params, S0.clone())
 
