@@ -13,13 +13,16 @@ that the sums cost few shuffles and few shared-memory rounds:
   so the entry decays' running product and the sums over j and r are in-thread;
 - the window's projections (sums over k of the decayed keys) go through one layout change to 16
   columns a thread;
+- kn and qn travel as pairs (``_pair_to``): each of their layout changes, and the tokens'
+  cross-warp sums, is one exchange for both (26 barriers a program instead of 32);
 - the codes and the window (28 KB of a program's 34.9) are copied into shared memory (cp.async,
   16 bytes a thread) while the small loads and the token's phase run, so no registers wait on
   them; the register cap (128) lets 4 CTAs share an SM.
 
-Measured on the H200 (BENCHMARKS.md, 2026-12-02): 1.46x the step's memory floor at B=256, 1.36x
-at B=512; the kernel is latency- and issue-bound (ncu: DRAM at 56%, 0.58 warp instructions a
-cycle a scheduler), not bandwidth-bound. NOTES.md lists what was tried.
+Measured on the H200 (BENCHMARKS.md, 2026-12-02): 1.42x the step's memory floor at B=256, 1.36x
+at B=512 before the pairs, which took 1.4% off at B=512; the kernel is bound by its per-program
+chain (ncu: DRAM at 61%, 0.62 warp instructions issued a cycle a scheduler), not by bandwidth.
+NOTES.md lists what was tried.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
@@ -47,6 +50,20 @@ WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))  # [L, N]
 TOK = gl.constexpr(gl.BlockedLayout([4, 1], [1, 32], [1, 4], [0, 1]))  # [R, N]: a column a thread
 KEYS = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [L, K]: 16 columns a thread
 COL = gl.constexpr(gl.SliceLayout(0, WIN))  # [N] vectors: thread t holds element t
+# [N, 2] pairs (gl.join's layout of two [N] vectors) of COL, of the rows of WIN, and of the
+# columns of KEYS and CODES: the pair's element in a register beside it
+PAIR_COL = gl.constexpr(gl.DistributedLinearLayout(
+    reg_bases=[[0, 1]], lane_bases=[[1, 0], [2, 0], [4, 0], [8, 0], [16, 0]], warp_bases=[[32, 0], [64, 0]],
+    block_bases=[], shape=[128, 2]))
+PAIR_WIN_ROWS = gl.constexpr(gl.DistributedLinearLayout(
+    reg_bases=[[0, 1], [1, 0], [2, 0], [4, 0], [8, 0]], lane_bases=[[0, 0]] * 5, warp_bases=[[0, 0]] * 2,
+    block_bases=[], shape=[16, 2]))
+PAIR_KEY_COLS = gl.constexpr(gl.DistributedLinearLayout(
+    reg_bases=[[0, 1], [1, 0], [2, 0], [4, 0], [8, 0]], lane_bases=[[16, 0], [32, 0], [64, 0], [0, 0], [0, 0]],
+    warp_bases=[[0, 0]] * 2, block_bases=[], shape=[128, 2]))
+PAIR_CODE_COLS = gl.constexpr(gl.DistributedLinearLayout(
+    reg_bases=[[0, 1], [1, 0], [2, 0], [4, 0], [8, 0], [64, 0]], lane_bases=[[16, 0], [32, 0], [0, 0], [0, 0], [0, 0]],
+    warp_bases=[[0, 0]] * 2, block_bases=[], shape=[128, 2]))
 # the copies into shared memory, 16 bytes a thread; the codes' buffer swizzled so that the
 # CODES layout's reads (two rows of 64 bytes a quarter-warp) hit distinct banks
 COPY_BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [V, K] int8
@@ -68,6 +85,15 @@ sub.f32 $2, $2, 0f4B000080; sub.f32 $3, $3, 0f4B000080;
 @gluon.jit
 def _codes_fp32(c):
     return gl.inline_asm_elementwise(CODES_ASM, "=r,=r,=r,=r,r", [c], dtype=gl.float32, is_pure=True, pack=4)
+
+
+@gluon.jit
+def _pair_to(x, y, layout: gl.constexpr, PAIRED: gl.constexpr):
+    # two [N] tensors of one layout moved into ``layout`` by one exchange (one round of shared
+    # memory and barriers on the program's chain instead of two); PAIRED: the layout gl.join
+    # gives a pair of [N] tensors in ``layout`` (the trivial conversions after the split check it)
+    a, b = gl.split(gl.convert_layout(gl.join(x, y), PAIRED))
+    return gl.convert_layout(a, layout, assert_trivial=True), gl.convert_layout(b, layout, assert_trivial=True)
 
 
 # the same arguments as the portable kernel's (``launch.step_arguments``), in the same order
@@ -151,25 +177,26 @@ def _step_kernel(
     wl = gl.where(live, w_all, 0.0)
     kd = gl.where(live[:, None], keys.to(gl.float32), 0.0) * entry_decay(g_after, en, h, jw) * wl[:, None]
     kd = gl.convert_layout(kd, KEYS)
-    kn_keys = gl.convert_layout(kn, gl.SliceLayout(0, KEYS))
-    qn_keys = gl.convert_layout(qn, gl.SliceLayout(0, KEYS))
-    pk = gl.convert_layout(gl.sum(kd * kn_keys[None, :], axis=1), gl.SliceLayout(1, WIN))
-    pq = gl.convert_layout(gl.sum(kd * qn_keys[None, :], axis=1), gl.SliceLayout(1, WIN))
+    # the exchanges in pairs (kn with qn): one round of shared memory each
+    kn_keys, qn_keys = _pair_to(kn, qn, gl.SliceLayout(0, KEYS), PAIR_KEY_COLS)
+    pk, pq = _pair_to(gl.sum(kd * kn_keys[None, :], axis=1), gl.sum(kd * qn_keys[None, :], axis=1),
+                      gl.SliceLayout(1, WIN), PAIR_WIN_ROWS)
     up = uu.to(gl.float32) * gl.convert_layout(pc, gl.SliceLayout(0, TOK))[None, :]
-    tk = gl.sum(up * gl.convert_layout(kn, gl.SliceLayout(0, TOK))[None, :], axis=1)
-    tq = gl.sum(up * gl.convert_layout(qn, gl.SliceLayout(0, TOK))[None, :], axis=1)
+    kn_tok = gl.convert_layout(kn, gl.SliceLayout(0, TOK))
+    qn_tok = gl.convert_layout(qn, gl.SliceLayout(0, TOK))
+    tk, tq = gl.split(gl.sum(gl.join(up * kn_tok[None, :], up * qn_tok[None, :]), axis=1))  # one cross-warp sum
 
     # the value side: S x = s_v * (C (f * x)) + ubuf^T (projections) + Q^T (U' x), f = s_k pc / 127
     f = s_kr * pc * (1.0 / QM)
     cf = _codes_fp32(cb)
-    ck = gl.sum(cf * gl.convert_layout(f * kn, gl.SliceLayout(0, CODES))[None, :], axis=1)
-    cq = gl.sum(cf * gl.convert_layout(f * qn, gl.SliceLayout(0, CODES))[None, :], axis=1)
+    fk, fq = _pair_to(f * kn, f * qn, gl.SliceLayout(0, CODES), PAIR_CODE_COLS)
+    ck, cq = _pair_to(gl.sum(cf * fk[None, :], axis=1), gl.sum(cf * fq[None, :], axis=1), COL, PAIR_COL)
     vl = gl.where(live[:, None], vals.to(gl.float32), 0.0)
     qf = qq.to(gl.float32)
-    Skn = gl.convert_layout(ck, COL) * s_vr + gl.sum(vl * pk[:, None], axis=0) \
-        + gl.convert_layout(gl.sum(qf * tk[:, None], axis=0), COL)
-    Sqn = gl.convert_layout(cq, COL) * s_vr + gl.sum(vl * pq[:, None], axis=0) \
-        + gl.convert_layout(gl.sum(qf * tq[:, None], axis=0), COL)
+    tk = gl.convert_layout(tk, gl.SliceLayout(1, TOK))
+    tq = gl.convert_layout(tq, gl.SliceLayout(1, TOK))
+    Skn = ck * s_vr + gl.sum(vl * pk[:, None], axis=0) + gl.convert_layout(gl.sum(qf * tk[:, None], axis=0), COL)
+    Sqn = cq * s_vr + gl.sum(vl * pq[:, None], axis=0) + gl.convert_layout(gl.sum(qf * tq[:, None], axis=0), COL)
     u_new = beta * (vt - Skn)
     gl.store(o + out_row + n, round_bf16(Sqn + kq * u_new))
 
