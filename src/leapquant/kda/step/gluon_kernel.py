@@ -14,7 +14,8 @@ that the sums cost few shuffles and few shared-memory rounds:
 - the window's projections (sums over k of the decayed keys) go through one layout change to 16
   columns a thread;
 - kn and qn travel as pairs (``_pair_to``): each of their layout changes, and the tokens'
-  cross-warp sums, is one exchange for both (26 barriers a program instead of 32);
+  cross-warp sums, is one exchange for both (26 barriers a program instead of 32 in the pool
+  form);
 - the codes and the window (28 KB of a program's 34.9) are copied into shared memory (cp.async,
   16 bytes a thread) while the small loads and the token's phase run, so no registers wait on
   them; the register cap (128) lets 4 CTAs share an SM.
