@@ -92,7 +92,9 @@ def _codes_fp32(c):
 def _pair_to(x, y, layout: gl.constexpr, PAIRED: gl.constexpr):
     # two [N] tensors of one layout moved into ``layout`` by one exchange (one round of shared
     # memory and barriers on the program's chain instead of two); PAIRED: the layout gl.join
-    # gives a pair of [N] tensors in ``layout`` (the trivial conversions after the split check it)
+    # gives a pair of [N] tensors in ``layout`` (values never depend on it; the conversions after
+    # the split assert only that no data moves between threads, so a wrong PAIRED fails to
+    # compile or costs in-thread moves, never results)
     a, b = gl.split(gl.convert_layout(gl.join(x, y), PAIRED))
     return gl.convert_layout(a, layout, assert_trivial=True), gl.convert_layout(b, layout, assert_trivial=True)
 
