@@ -1,0 +1,105 @@
+"""Executed instructions and stall samples of a Gluon kernel, per source line and per function,
+from an Nsight Compute source export and a local compile of the same kernel.
+
+    python scripts/ncu_lines.py SASS_CSV_GZ LINE_TABLE SOURCE PROGRAMS WARPS [--top N]
+
+SASS_CSV_GZ: `ncu -i REPORT --page source --csv --print-source sass | gzip` of one launch
+(`--section SourceCounters`); LINE_TABLE: `nvdisasm -g -c` of the same kernel compiled here
+(`scripts/compile_sm90.py --gluon --dump DIR`; the same triton as the device, so the SASS
+offsets match: the script checks every opcode and says how many differ); SOURCE: the kernel's
+Python file; PROGRAMS the programs the launch ran (`scripts/ncu_target.py 64`: 2048); WARPS its
+warps per CTA. Prints warp instructions per program, then per function of SOURCE (the `def` a
+line belongs to; lines of triton's own library, the reductions' combine steps, are a row of their
+own) and per line: instructions per warp and program, share of stall samples, shared-memory
+wavefronts per program, top opcodes. ncu_phases.py groups the same counts by SPEC phase for
+the flush kernel.
+"""
+
+import argparse
+import collections
+import csv
+import gzip
+import re
+
+
+def line_table(path: str) -> dict:
+    """SASS offset -> ((file, line), opcode) from `nvdisasm -g -c` output."""
+    table, where = {}, None
+    for ln in open(path):
+        m = re.search(r'//## File "([^"]+)", line (\d+)', ln)
+        if m:
+            where = (m.group(1).split("/")[-1], int(m.group(2)))
+            continue
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", ln)
+        if m:
+            words = m.group(2).split()
+            table[int(m.group(1), 16)] = (where, words[1] if words[0].startswith("@") else words[0])
+    return table
+
+
+def functions(source: str) -> list:
+    """(first line, name) of each top-level def of ``source``, in order."""
+    return [(i + 1, m.group(1)) for i, ln in enumerate(open(source).read().splitlines())
+            if (m := re.match(r"def (\w+)\(", ln))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("lines")
+    ap.add_argument("source")
+    ap.add_argument("programs", type=int)
+    ap.add_argument("warps", type=int)
+    ap.add_argument("--top", type=int, default=30)
+    a = ap.parse_args()
+    table = line_table(a.lines)
+    rows = list(csv.reader(gzip.open(a.csv, "rt")))
+    head = rows[1]
+    col = {name: head.index(name) for name in ("Address", "Source", "Instructions Executed",
+                                                "Warp Stall Sampling (All Samples)", "L1 Wavefronts Shared")}
+    base = int(rows[2][col["Address"]], 16)
+    defs = functions(a.source)
+    src = open(a.source).read().splitlines()
+    def ours(where):  # a line of SOURCE (the line table names files by their base name)
+        return where is not None and a.source.endswith(where[0])
+    by_line, samples, wavefronts = collections.Counter(), collections.Counter(), collections.Counter()
+    by_func, func_samples = collections.Counter(), collections.Counter()
+    opcodes = collections.defaultdict(collections.Counter)
+    differ = 0
+    for r in rows[2:]:
+        if len(r) <= col["L1 Wavefronts Shared"]:
+            continue
+        where, op = table.get(int(r[col["Address"]], 16) - base, (None, None))
+        words = r[col["Source"]].split()
+        if op != (words[1] if words and words[0].startswith("@") else words[0] if words else None):
+            differ += 1
+        n, s = int(r[col["Instructions Executed"]] or 0), int(r[col["Warp Stall Sampling (All Samples)"]] or 0)
+        by_line[where] += n
+        samples[where] += s
+        wavefronts[where] += int(r[col["L1 Wavefronts Shared"]] or 0)
+        opcodes[where][op.split(".")[0] if op else "?"] += n
+        if ours(where):
+            func = max((d for d in defs if d[0] <= where[1]), default=(0, "?"))[1]
+        else:
+            func = "(triton library)" if where else "(no line)"
+        by_func[func] += n
+        func_samples[func] += s
+    total, total_samples = sum(by_line.values()), max(sum(samples.values()), 1)
+    per = a.programs * a.warps
+    print(f"{len(rows) - 2} SASS instructions, {differ} whose opcode differs from the local compile")
+    print(f"warp instructions a program: {total / a.programs:,.0f} ({total / per:,.0f} a warp)\n")
+    print("| function | instructions a warp and program | share of stall samples |\n|---|---:|---:|")
+    for f, n in by_func.most_common():
+        print(f"| {f} | {n / per:,.0f} | {func_samples[f] / total_samples:.1%} |")
+    print("\n| line | instructions a warp and program | stall samples | shared wavefronts a program | top opcodes | source |")
+    print("|---|---:|---:|---:|---|---|")
+    for where, n in by_line.most_common(a.top):
+        text = src[where[1] - 1].strip()[:60] if ours(where) else ""
+        ops = ", ".join(f"{o} {c / per:.0f}" for o, c in opcodes[where].most_common(3))
+        print(f"| {where[0]}:{where[1] if where else ''} | {n / per:,.1f} | {samples[where] / total_samples:.1%} | "
+              f"{wavefronts[where] / a.programs:,.0f} | {ops} | `{text}` |" if where else
+              f"| ? | {n / per:,.1f} | | | {ops} | |")
+
+
+if __name__ == "__main__":
+    main()
