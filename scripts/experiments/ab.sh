@@ -6,7 +6,8 @@
 # 1. scripts/compare_outputs.py: each candidate's run() outputs against BASE's, bit for bit (B=512)
 # 2. the GPU tests on each candidate (or on those AB_TESTED names; AB_TEST_PATHS: which tests, default tests/)
 # 3. python -m leapquant.bench --batch-sizes 16,512 for BASE and the candidates, interleaved twice
-# Logs under $OUT (the bench output of every version in ab.log, its figures in ab_<name>_<rep>.json);
+# Logs under $OUT (the bench output of every version, then the compare and test logs, in ab.log; its
+# figures in ab_<name>_<rep>.json);
 # a summary table last (all PASS: every input family at both batch sizes). Exits 1 when a version
 # folder is missing or BASE's outputs cannot be saved; read the compare lines and test counts above
 # the table for the rest.
@@ -61,3 +62,7 @@ for rep in (1, 2):
               f"  {cells[2]:>22s}  {cells[3]:>23s}")
 PY
 rm -f "$saved"
+# the compare and test logs into ab.log, so that the files a device call returns (at most 8) hold them
+for f in "$OUT"/cmp_*.log "$OUT"/pytest_*.log; do
+  if [ -f "$f" ]; then echo "===== $(basename "$f")"; cat "$f"; rm "$f"; fi
+done >> "$OUT/ab.log"
