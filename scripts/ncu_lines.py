@@ -1,16 +1,18 @@
 """Executed instructions and stall samples of a Gluon kernel, per source line and per function,
 from an Nsight Compute source export and a local compile of the same kernel.
 
-    python scripts/ncu_lines.py SASS_CSV_GZ LINE_TABLE SOURCE PROGRAMS WARPS [--top N]
+    python scripts/ncu_lines.py SASS_CSV_GZ LINE_TABLE SOURCE PROGRAMS WARPS [--file PATH] [--kernel NAME] [--top N]
 
 SASS_CSV_GZ: `ncu -i REPORT --page source --csv --print-source sass | gzip` of one launch
 (`--section SourceCounters`); LINE_TABLE: `nvdisasm -g -c` of the same kernel compiled here
 (`scripts/compile_sm90.py --gluon --dump DIR`; the same triton as the device, so the SASS
-offsets match: the script checks every opcode and says how many differ); SOURCE: the kernel's
-Python file; PROGRAMS the programs the launch ran (`scripts/ncu_target.py 64`: 2048); WARPS its
-warps per CTA. Prints warp instructions per program, then per function of SOURCE (the `def` a
-line belongs to; lines of triton's own library, the reductions' combine steps, are a row of their
-own) and per line: instructions per warp and program, share of stall samples, shared-memory
+offsets match: the script checks every opcode and says how many differ; --kernel: which kernel's
+section of the table, default the first); SOURCE: the kernel's Python file (a copy anywhere: the
+table's lines belong to it when the table's path ends in "/" + --file, default SOURCE's base
+name; give e.g. flush/gluon_kernel.py where two files share a name); PROGRAMS the programs the
+launch ran (`scripts/ncu_target.py 64`: 2048); WARPS its warps per CTA. Prints warp instructions per program, then per function of SOURCE (the `def` a
+line belongs to; lines of other files, mostly triton's own library (the reductions' combine
+steps), are a row of their own) and per line: instructions per warp and program, share of stall samples, shared-memory
 wavefronts per program, top opcodes. ncu_phases.py groups the same counts by SPEC phase for
 the flush kernel.
 """
@@ -22,13 +24,22 @@ import gzip
 import re
 
 
-def line_table(path: str) -> dict:
-    """SASS offset -> ((file, line), opcode) from `nvdisasm -g -c` output."""
-    table, where = {}, None
+def line_table(path: str, kernel: str | None = None) -> dict:
+    """SASS offset -> ((file path, line), opcode) of one kernel's section (``kernel``, default the
+    first) of `nvdisasm -g -c` output."""
+    table, where, section = {}, None, None
     for ln in open(path):
+        m = re.search(r"\.text\.(\S+?) -+", ln)
+        if m:
+            if section is not None and kernel is None:
+                break  # the first section only
+            section = m.group(1)
+            continue
+        if kernel is not None and section != kernel:
+            continue
         m = re.search(r'//## File "([^"]+)", line (\d+)', ln)
         if m:
-            where = (m.group(1).split("/")[-1], int(m.group(2)))
+            where = (m.group(1), int(m.group(2)))
             continue
         m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", ln)
         if m:
@@ -50,9 +61,12 @@ def main():
     ap.add_argument("source")
     ap.add_argument("programs", type=int)
     ap.add_argument("warps", type=int)
+    ap.add_argument("--file", default=None, help="SOURCE's path as the line table ends it (default: its base name)")
+    ap.add_argument("--kernel", default=None, help="the kernel's section in the line table (default: the first)")
     ap.add_argument("--top", type=int, default=30)
     a = ap.parse_args()
-    table = line_table(a.lines)
+    table = line_table(a.lines, a.kernel)
+    suffix = "/" + (a.file or a.source.split("/")[-1]).lstrip("/")
     rows = list(csv.reader(gzip.open(a.csv, "rt")))
     head = rows[1]
     col = {name: head.index(name) for name in ("Address", "Source", "Instructions Executed",
@@ -60,8 +74,8 @@ def main():
     base = int(rows[2][col["Address"]], 16)
     defs = functions(a.source)
     src = open(a.source).read().splitlines()
-    def ours(where):  # a line of SOURCE (the line table names files by their base name)
-        return where is not None and a.source.endswith(where[0])
+    def ours(where):  # a line of SOURCE
+        return where is not None and ("/" + where[0]).endswith(suffix)
     by_line, samples, wavefronts = collections.Counter(), collections.Counter(), collections.Counter()
     by_func, func_samples = collections.Counter(), collections.Counter()
     opcodes = collections.defaultdict(collections.Counter)
@@ -81,7 +95,7 @@ def main():
         if ours(where):
             func = max((d for d in defs if d[0] <= where[1]), default=(0, "?"))[1]
         else:
-            func = "(triton library)" if where else "(no line)"
+            func = "(other files)" if where else "(no line)"
         by_func[func] += n
         func_samples[func] += s
     total, total_samples = sum(by_line.values()), max(sum(samples.values()), 1)
@@ -96,7 +110,7 @@ def main():
     for where, n in by_line.most_common(a.top):
         text = src[where[1] - 1].strip()[:60] if ours(where) else ""
         ops = ", ".join(f"{o} {c / per:.0f}" for o, c in opcodes[where].most_common(3))
-        print(f"| {where[0]}:{where[1] if where else ''} | {n / per:,.1f} | {samples[where] / total_samples:.1%} | "
+        print(f"| {'/'.join(where[0].split('/')[-2:])}:{where[1]} | {n / per:,.1f} | {samples[where] / total_samples:.1%} | "
               f"{wavefronts[where] / a.programs:,.0f} | {ops} | `{text}` |" if where else
               f"| ? | {n / per:,.1f} | | | {ops} | |")
 

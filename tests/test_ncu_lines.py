@@ -1,4 +1,4 @@
-"""scripts/ncu_lines.py on a made-up kernel of four instructions: the per-function and per-line
+"""scripts/ncu_lines.py on a made-up kernel of six instructions: the per-function and per-line
 counts come out of the ncu export and the local line table as they should."""
 
 import gzip
@@ -17,6 +17,7 @@ def kernel(a):
     return b
 '''
 
+# the kernel's section, then another kernel's (ignored: offsets restart there)
 LINE_TABLE = '''//--------------------- .text.kernel --------------------------
 	//## File "/somewhere/kern.py", line 6
         /*0000*/                   FADD R1, R2, R3 ;
@@ -25,6 +26,13 @@ LINE_TABLE = '''//--------------------- .text.kernel --------------------------
         /*0020*/              @P0  FFMA R1, R2, R3, R4 ;
 	//## File "/site-packages/triton/language/standard.py", line 263
         /*0030*/                   SHFL.BFLY PT, R1, R2, 0x1, 0x1f ;
+	//## File "/somewhere/other_kern.py", line 6
+        /*0040*/                   IMAD R1, R2, R3, R4 ;
+	//## File "/somewhere/kern.py", line 5
+        /*0050*/                   MOV R1, R2 ;
+//--------------------- .text.other --------------------------
+	//## File "/somewhere/kern.py", line 2
+        /*0000*/                   BRA 0x0 ;
 '''
 
 HEADER = ['"Address"', '"Source"', '"Warp Stall Sampling (All Samples)"', '"Instructions Executed"',
@@ -44,7 +52,9 @@ def test_counts_by_function_and_line(tmp_path, capsys):
     rows = [(hex(base + 0x00), "FADD R1, R2, R3", 10, 64, 0),   # kernel, line 6
             (hex(base + 0x10), "FFMA R1, R2, R3, R4", 30, 128, 0),  # helper, line 2
             (hex(base + 0x20), "@P0 FFMA R1, R2, R3, R4", 0, 64, 0),  # helper, line 2
-            (hex(base + 0x30), "SHFL.BFLY PT, R1, R2, 0x1, 0x1f", 60, 64, 8)]  # triton's library
+            (hex(base + 0x30), "SHFL.BFLY PT, R1, R2, 0x1, 0x1f", 40, 64, 8),  # triton's library
+            (hex(base + 0x40), "IMAD R1, R2, R3, R4", 10, 32, 0),  # another file whose name ends alike
+            (hex(base + 0x50), "MOV R1, R2", 10, 32, 0)]  # on kernel's def line
     with gzip.open(tmp_path / "sass.csv.gz", "wt") as f:
         f.write(_csv(rows))
     spec = importlib.util.spec_from_file_location("ncu_lines", SCRIPT)
@@ -58,10 +68,11 @@ def test_counts_by_function_and_line(tmp_path, capsys):
     finally:
         sys.argv = argv
     out = capsys.readouterr().out
-    assert "4 SASS instructions, 0 whose opcode differs" in out
-    assert "warp instructions a program: 160 (40 a warp)" in out  # 320 executed / 2 programs
+    assert "6 SASS instructions, 0 whose opcode differs" in out
+    assert "warp instructions a program: 192 (48 a warp)" in out  # 384 executed / 2 programs
     assert "| helper | 24 | 30.0% |" in out  # (128 + 64) / 8, 30 of 100 samples
-    assert "| kernel | 8 | 10.0% |" in out
-    assert "| (triton library) | 8 | 60.0% |" in out
-    assert "| kern.py:2 | 24.0 | 30.0% | 0 | FFMA 24 |" in out
-    assert "| standard.py:263 | 8.0 | 60.0% | 4 | SHFL 8 |" in out  # 8 wavefronts / 2 programs
+    assert "| kernel | 12 | 20.0% |" in out  # lines 5 (its def line) and 6
+    assert "| (other files) | 12 | 50.0% |" in out  # triton's standard.py and other_kern.py (not kern.py)
+    assert "| somewhere/kern.py:2 | 24.0 | 30.0% | 0 | FFMA 24 | `return x + 1` |" in out
+    assert "| language/standard.py:263 | 8.0 | 40.0% | 4 | SHFL 8 | `` |" in out  # 8 wavefronts / 2 programs
+    assert "| somewhere/other_kern.py:6 | 4.0 | 10.0% | 0 | IMAD 4 | `` |" in out
