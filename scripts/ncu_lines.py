@@ -10,11 +10,12 @@ offsets match: the script checks every opcode and says how many differ; --kernel
 section of the table, default the first); SOURCE: the kernel's Python file (a copy anywhere: the
 table's lines belong to it when the table's path ends in "/" + --file, default SOURCE's base
 name; give e.g. flush/gluon_kernel.py where two files share a name); PROGRAMS the programs the
-launch ran (`scripts/ncu_target.py 64`: 2048); WARPS its warps per CTA. Prints warp instructions per program, then per function of SOURCE (the `def` a
-line belongs to; lines of other files, mostly triton's own library (the reductions' combine
-steps), are a row of their own) and per line: instructions per warp and program, share of stall samples, shared-memory
+launch ran (`scripts/ncu_target.py 64`: 2048); WARPS its warps per CTA. Prints warp
+instructions per program, then per function of SOURCE (the `def` a line belongs to; lines of
+other files, mostly triton's own library (the reductions' combine steps), are a row of their
+own) and per line: instructions per warp and program, share of stall samples, shared-memory
 wavefronts per program, top opcodes. ncu_phases.py groups the same counts by SPEC phase for
-the flush kernel.
+the flush kernel, through this module's readers.
 """
 
 import argparse
@@ -24,11 +25,17 @@ import gzip
 import re
 
 
-def line_table(path: str, kernel: str | None = None) -> dict:
+def opcode(instruction: str) -> str | None:
+    """The mnemonic of a SASS instruction's text (its predicate skipped), e.g. FFMA.FTZ; None if empty."""
+    words = instruction.split()
+    return (words[1] if words[0].startswith("@") else words[0]) if words else None
+
+
+def line_table(text: str, kernel: str | None = None) -> dict:
     """SASS offset -> ((file path, line), opcode) of one kernel's section (``kernel``, default the
-    first) of `nvdisasm -g -c` output."""
+    first) of `nvdisasm -g -c` output (its text); None for code before any line marker."""
     table, where, section = {}, None, None
-    for ln in open(path):
+    for ln in text.splitlines():
         m = re.search(r"\.text\.(\S+?) -+", ln)
         if m:
             if section is not None and kernel is None:
@@ -43,15 +50,22 @@ def line_table(path: str, kernel: str | None = None) -> dict:
             continue
         m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", ln)
         if m:
-            words = m.group(2).split()
-            table[int(m.group(1), 16)] = (where, words[1] if words[0].startswith("@") else words[0])
+            table[int(m.group(1), 16)] = (where, opcode(m.group(2)))
     return table
 
 
-def functions(source: str) -> list:
-    """(first line, name) of each top-level def of ``source``, in order."""
-    return [(i + 1, m.group(1)) for i, ln in enumerate(open(source).read().splitlines())
-            if (m := re.match(r"def (\w+)\(", ln))]
+def read_sass_csv(path: str) -> tuple[dict, list, int]:
+    """An ncu source export (plain or gzip): (column index by name, the instruction rows, the
+    first instruction's address; an instruction's SASS offset is its address minus that)."""
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+        rows = list(csv.reader(f))
+    columns = {name: i for i, name in enumerate(rows[1])}
+    return columns, rows[2:], int(rows[2][columns["Address"]], 16)
+
+
+def functions(lines: list) -> list:
+    """(first line, name) of each top-level def in a source file's ``lines``, in order."""
+    return [(i + 1, m.group(1)) for i, ln in enumerate(lines) if (m := re.match(r"def (\w+)\(", ln))]
 
 
 def main():
@@ -65,27 +79,25 @@ def main():
     ap.add_argument("--kernel", default=None, help="the kernel's section in the line table (default: the first)")
     ap.add_argument("--top", type=int, default=30)
     a = ap.parse_args()
-    table = line_table(a.lines, a.kernel)
+    with open(a.lines) as f:
+        table = line_table(f.read(), a.kernel)
     suffix = "/" + (a.file or a.source.split("/")[-1]).lstrip("/")
-    rows = list(csv.reader(gzip.open(a.csv, "rt")))
-    head = rows[1]
-    col = {name: head.index(name) for name in ("Address", "Source", "Instructions Executed",
-                                                "Warp Stall Sampling (All Samples)", "L1 Wavefronts Shared")}
-    base = int(rows[2][col["Address"]], 16)
-    defs = functions(a.source)
-    src = open(a.source).read().splitlines()
+    col, rows, base = read_sass_csv(a.csv)
+    with open(a.source) as f:
+        src = f.read().splitlines()
+    defs = functions(src)
+
     def ours(where):  # a line of SOURCE
         return where is not None and ("/" + where[0]).endswith(suffix)
     by_line, samples, wavefronts = collections.Counter(), collections.Counter(), collections.Counter()
     by_func, func_samples = collections.Counter(), collections.Counter()
     opcodes = collections.defaultdict(collections.Counter)
     differ = 0
-    for r in rows[2:]:
+    for r in rows:
         if len(r) <= col["L1 Wavefronts Shared"]:
             continue
         where, op = table.get(int(r[col["Address"]], 16) - base, (None, None))
-        words = r[col["Source"]].split()
-        if op != (words[1] if words and words[0].startswith("@") else words[0] if words else None):
+        if op != opcode(r[col["Source"]]):
             differ += 1
         n, s = int(r[col["Instructions Executed"]] or 0), int(r[col["Warp Stall Sampling (All Samples)"]] or 0)
         by_line[where] += n
@@ -100,7 +112,7 @@ def main():
         func_samples[func] += s
     total, total_samples = sum(by_line.values()), max(sum(samples.values()), 1)
     per = a.programs * a.warps
-    print(f"{len(rows) - 2} SASS instructions, {differ} whose opcode differs from the local compile")
+    print(f"{len(rows)} SASS instructions, {differ} whose opcode differs from the local compile")
     print(f"warp instructions a program: {total / a.programs:,.0f} ({total / per:,.0f} a warp)\n")
     print("| function | instructions a warp and program | share of stall samples |\n|---|---:|---:|")
     for f, n in by_func.most_common():

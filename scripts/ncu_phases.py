@@ -2,7 +2,7 @@
 
     python scripts/ncu_phases.py SASS_CSV ELAPSED_CYCLES PROGRAMS [--in-place] [--opcodes N]
 
-SASS_CSV is `ncu -i REPORT --page source --csv --print-source sass` of one `_flush_kernel`
+SASS_CSV (plain or gzip) is `ncu -i REPORT --page source --csv --print-source sass` of one `_flush_kernel`
 launch (`bash scripts/h200.sh --ncu` writes it); ELAPSED_CYCLES the launch's "Elapsed Cycles"
 from the same report (SM cycles at the clock it ran at, which ncu does not fix: ~1.79 GHz
 in the H200 runs, not the 1.98 GHz boost clock) and PROGRAMS the programs it flushed
@@ -21,13 +21,13 @@ mix: what a phase spends its issue slots on).
 
 import argparse
 import collections
-import csv
 import inspect
 import re
 import subprocess
 import tempfile
 
 from compile_sm90 import H200_SMS, compile_gluon, nvidia_tool
+from ncu_lines import line_table, opcode, read_sass_csv
 from leapquant.kda.flush import gluon_kernel as flush_gluon
 
 NUM_WARPS = flush_gluon.NUM_WARPS
@@ -89,16 +89,8 @@ def address_lines(cubin: bytes) -> dict:
         f.write(cubin)
         f.flush()
         out = subprocess.run([tool, "-g", "-c", f.name], capture_output=True, text=True, check=True).stdout
-    own, table = None, {}
-    for ln in out.splitlines():
-        m = re.search(r'//## File "(.*?)", line (\d+)', ln)
-        if m:
-            own = int(m.group(2)) if m.group(1).endswith("flush/gluon_kernel.py") else LIBRARY
-            continue
-        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/", ln)
-        if m and own:
-            table[int(m.group(1), 16)] = own
-    return table
+    return {offset: where[1] if where[0].endswith("flush/gluon_kernel.py") else LIBRARY
+            for offset, (where, _) in line_table(out).items() if where}
 
 
 def cell(text: str) -> str:
@@ -116,26 +108,23 @@ def main():
     args = ap.parse_args()
     phases = line_phases()
     table = address_lines(compile_gluon(args.in_place).asm["cubin"])
-    rows = list(csv.reader(open(args.sass_csv)))
-    hdr = rows[1]
-    ix = {h: i for i, h in enumerate(hdr)}
-    base = int(rows[2][ix["Address"]], 16)
-    if len(rows) - 2 != len(table):
-        print(f"warning: {len(rows) - 2} instructions profiled, {len(table)} compiled here (other triton?)")
-    reasons = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
+    ix, rows, base = read_sass_csv(args.sass_csv)
+    if len(rows) != len(table):
+        print(f"warning: {len(rows)} instructions profiled, {len(table)} compiled here (other triton?)")
+    reasons = [h for h in ix if h.startswith("stall_") and "Not Issued" not in h]
     samples, executed = collections.Counter(), collections.Counter()
     wavefronts = 0.0
     why = collections.defaultdict(collections.Counter)
     ops = collections.defaultdict(collections.Counter)
-    for r in rows[2:]:
+    for r in rows:
         line = table.get(int(r[ix["Address"]], 16) - base)
         p = LIBRARY if line == LIBRARY else phases.get(line, "unmapped")
         samples[p] += float(r[ix["Warp Stall Sampling (All Samples)"]] or 0)
         executed[p] += float(r[ix["Instructions Executed"]] or 0)
         wavefronts += float(r[ix["L1 Wavefronts Shared"]] or 0)
-        m = re.match(r"\s*(@!?U?P\w+\s+)?([A-Z0-9_]+)", r[ix["Source"]])
-        if m:
-            ops[p][m.group(2)] += float(r[ix["Instructions Executed"]] or 0)
+        op = opcode(r[ix["Source"]])
+        if op:
+            ops[p][op.split(".")[0]] += float(r[ix["Instructions Executed"]] or 0)
         for h in reasons:
             why[p][h[len("stall_"):]] += float(r[ix[h]] or 0)
     total_s, total_e = sum(samples.values()), sum(executed.values())
