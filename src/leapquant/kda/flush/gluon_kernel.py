@@ -264,12 +264,13 @@ def _replace_dependent(b0, b1, b2, r: gl.constexpr, NN: gl.constexpr):
 
 @gluon.jit
 def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NORM_MIN: gl.constexpr,
-                      DROP: gl.constexpr, SECOND: gl.constexpr):
+                      DROP: gl.constexpr, SECOND: gl.constexpr, FALLBACK: gl.constexpr):
     # The columns of X [N, R] made orthonormal in order (the Q of X = QR, as the reference's
-    # modified Gram-Schmidt gives up to rounding). A column keeping at most DROP of its squared
-    # norm depends on the earlier ones: it is replaced by e_r made orthogonal to them.
+    # modified Gram-Schmidt gives up to rounding), and whether a column keeps at most DROP of its
+    # squared norm (depends on the earlier ones). FALLBACK: such a column is replaced by e_r made
+    # orthogonal to them; otherwise the caller takes another path.
     q0, q1, q2, q3, dependent, ill = _cholesky_pass(x0, x1, x2, x3, NORM_MIN, DROP, SECOND)
-    if dependent:  # rare: a rank-deficient state or a q0 with repeated columns
+    if FALLBACK and dependent:  # rare: a rank-deficient state or a q0 with repeated columns
         zero = gl.zeros([NN], gl.float32, VEC)
         q0 = x0 / gl.maximum(gl.sqrt(_dot(x0, x0)).to(gl.float32), NORM_MIN)
         q1 = x1 - _dot(q0, x1).to(gl.float32) * q0
@@ -289,8 +290,8 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
         q3 = q3 / gl.maximum(gl.sqrt(_dot(q3, q3)).to(gl.float32), NORM_MIN)
     elif TWICE:
         if ill:  # ill-conditioned: a second pass restores orthogonality
-            q0, q1, q2, q3, dependent, ill = _cholesky_pass(q0, q1, q2, q3, NORM_MIN, DROP, SECOND)
-    return q0, q1, q2, q3
+            q0, q1, q2, q3, again, ill = _cholesky_pass(q0, q1, q2, q3, NORM_MIN, DROP, SECOND)
+    return q0, q1, q2, q3, dependent
 
 
 @gluon.jit
@@ -470,11 +471,12 @@ def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, win_s, ku_s, vec_s, TRANSPOSE: 
 
 @gluon.jit
 def basis(a0, a1, a2, a3, TWICE: gl.constexpr, NN: gl.constexpr, NORM_MIN: gl.constexpr, DROP: gl.constexpr,
-          SECOND: gl.constexpr):
+          SECOND: gl.constexpr, FALLBACK: gl.constexpr):
     """SPEC step 3's orthonormal columns of a thin product's columns (VEC), each first scaled by
-    its own power of two (scale-free)."""
+    its own power of two (scale-free), and whether a column depended on the earlier ones
+    (FALLBACK: such a column was replaced by a unit direction orthogonal to them)."""
     return _orthonormal_cols(_unit_scale(a0), _unit_scale(a1), _unit_scale(a2), _unit_scale(a3), TWICE, NN,
-                             NORM_MIN, DROP, SECOND)
+                             NORM_MIN, DROP, SECOND, FALLBACK)
 
 
 @gluon.jit
@@ -639,10 +641,22 @@ def _flush_program(
     # one round of subspace iteration on the factors
     a0, a1, a2, a3 = thin_products(q0_s[0].load(VEC), q0_s[1].load(VEC), q0_s[2].load(VEC), q0_s[3].load(VEC),
                                    c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # S^T q0
-    # qk only has to span S^T q0 (b = S qk spans the same space for any basis of it): one pass
-    k0, k1, k2, k3 = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND)
+    # qk = S^T q0 with each column scaled by its own power of two, not orthonormalised: the
+    # reference's qk is S^T q0 R^-1 (R upper triangular with a positive diagonal), and S qk R^-1
+    # has the same QR factor Q as S qk, so qv is the reference's in exact arithmetic
+    k0 = _unit_scale(a0)
+    k1 = _unit_scale(a1)
+    k2 = _unit_scale(a2)
+    k3 = _unit_scale(a3)
     b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, win_s, ku_s, vec_s, False, NV, NL, QM)  # S qk
-    p0, p1, p2, p3 = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND)  # qv, the token basis
+    p0, p1, p2, p3, dependent = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, False)  # qv, the token basis
+    if dependent:
+        # rare: S S^T q0 is (nearly) rank-deficient (a rank-deficient state, q0 with repeated
+        # columns, or S qk conditioned beyond ~1e6, where fp32 loses its last columns): the
+        # reference's path, qk orthonormalised first (a dependent column replaced by e_r)
+        k0, k1, k2, k3, dependent = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND, True)
+        b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, win_s, ku_s, vec_s, False, NV, NL, QM)
+        p0, p1, p2, p3, dependent = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, True)
     u0, u1, u2, u3 = thin_products(p0, p1, p2, p3, c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # uk = S^T qv
     # where fp16 u_r would overflow (coherent states above |S| ~ 6e3) a power of two moves from
     # u_r to q_r: exact for q^T u. Without max|S| there is no cheap bound to skip the check.
