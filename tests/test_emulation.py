@@ -133,14 +133,55 @@ def test_basis_is_scale_free_and_orthonormal():
     g = torch.Generator().manual_seed(3)
     a = torch.randn(3, 128, 4, generator=g)
     scaled = a * torch.tensor([2.0**-90, 2.0**40, 1.0, 2.0**-120])  # powers of two per column
-    assert torch.equal(emu.basis(a), emu.basis(scaled))
-    tiny = emu.basis(a * 1e-30)  # |a|^2 underflows fp32 without the column scaling
+    q, dependent = emu.basis(a)
+    assert torch.equal(q, emu.basis(scaled)[0]) and not bool(dependent.any())
+    tiny = emu.basis(a * 1e-30)[0]  # |a|^2 underflows fp32 without the column scaling
     assert float((tiny.transpose(-1, -2) @ tiny - torch.eye(4)).abs().max()) < 1e-5
     rep = a.clone()
-    rep[..., 2] = rep[..., 0]  # a dependent column: replaced by e_2, made orthogonal
-    qm = emu.basis(rep)
+    rep[1, :, 2] = rep[1, :, 0]  # a dependent column: replaced by e_2, made orthogonal, reported
+    qm, dependent = emu.basis(rep)
     assert float((qm.transpose(-1, -2) @ qm - torch.eye(4)).abs().max()) < 1e-5
-    assert float(emu.basis(torch.zeros(1, 128, 4))[..., 0].abs().max()) == 0.0
+    assert dependent.tolist() == [False, True, False]
+    assert float(emu.basis(torch.zeros(1, 128, 4))[0][..., 0].abs().max()) == 0.0
+
+
+def test_unit_scaled_qk_matches_the_reference_path(case):
+    # qk = S^T q0 with unit-scaled columns (the kernels' path) and qk orthonormalised first (the
+    # reference's path) give the same qv in exact arithmetic; in fp32 each passes the criterion
+    # against the other (worst 1.0034 measured, B=2 seed 5, both MKL modes; the bound is 1.01)
+    fam, x, _ = case
+    unit = emu.flush_emulated(**x)
+    orthonormal = emu.flush_emulated(**x, orthonormal_qk=True)
+    for got, want in ((unit, orthonormal), (orthonormal, unit)):
+        res = evaluate(x, got, want)
+        assert res["ok"], (fam, res["head"].worst_ratio, res["batch_head"].worst_ratio, res["batch_head"].worst_cap_ratio)
+
+
+def test_repeated_q0_columns_take_the_reference_path():
+    # q0[:, 2] = q0[:, 0]: S qk has two equal columns, so the qv basis finds a dependent column in
+    # every head and the reference's path runs (qk orthonormalised, its repeated column replaced
+    # by e_2, then S qk and qv again): four real tokens, as close to the flush from an
+    # independent q0 as the CPU product path is (tests/test_reference.py, the same case: 1.081;
+    # here 1.081 too, both MKL modes). Without that path qv's third column is e_2, no direction of
+    # S: 1.167, no better than three tokens (1.164).
+    from leapquant.eval.flush_criterion import head_errors, well_formed
+    from test_reference import REPEATED_Q0_BOUND
+
+    def relative_error(x, ckpt):
+        err, mag = head_errors(x, ckpt)
+        return float(err.sum() / mag.sum())
+
+    x = inputs.make("structured", B, "cpu", seed=4)
+    independent = relative_error(x, emu.flush_emulated(**x))
+    three_tokens = relative_error(x, naive.quantize(naive.rebuild(*(x[n] for n in inputs.FLUSH_ARGS[:-1])),
+                                                    x["q0"][:, :3].contiguous(), robust=True))
+    x["q0"][:, 2] = x["q0"][:, 0]
+    got = emu.flush_emulated(**x)
+    assert well_formed(got)
+    repeated = relative_error(x, got)
+    assert repeated <= REPEATED_Q0_BOUND * independent < three_tokens, (repeated, independent, three_tokens)
+    live = head_errors(x, got)[1] > 0  # the structured family has an all-zero head
+    assert bool((got[4].float().abs().amax(-1)[live] > 0).all())  # four nonzero tokens in every live head
 
 
 def test_residual_is_the_state_minus_the_tokens():

@@ -21,9 +21,14 @@ What is emulated, as the kernel does it:
   (``kernel="gluon"``: the Gluon kernel's, the inner products A x and KU y in fp32, then three
   parts against KU^T with its window keys in two, or against the exact A^T; the token rows at
   fp32);
-* Gram-Schmidt as the kernel's (classical, projections and |v|^2 from one reduction, a second pass
-  only after cancellation (Kahan's criterion) and only for qv, dependent columns -> e_r), each
-  column first scaled by its own power of two (scale-free; no max|S| needed);
+* the kernels' subspace iteration: qk = S^T q0 with each column scaled by its own power of two
+  (``_unit_columns``), not orthonormalised (the reference's qk is S^T q0 R^-1 with R upper
+  triangular, and S qk R^-1 has the same Q as S qk, so qv is the reference's in exact
+  arithmetic); where the qv basis finds a dependent column, the reference's path (qk
+  orthonormalised first, then qv);
+* Gram-Schmidt as the portable kernel's (classical, projections and |v|^2 from one reduction, a
+  second pass only after cancellation (Kahan's criterion), dependent columns -> e_r), each column
+  first scaled by its own power of two (scale-free; no max|S| needed);
 * the fp16 overflow guard on u (always: without max|S| there is no cheap bound to skip it);
 * the residual as one fp32 accumulation of exact products onto the dequantised codes: KU in three
   bf16 parts against A (``kernel="gluon"``: the window keys in two, the old tokens at fp32), and
@@ -167,8 +172,11 @@ def _project_out(v, cols):
 
 
 def _unit_direction(v, cols, r: int, twice: bool):
+    # column r of Gram-Schmidt, unit length, and whether it depended on the earlier columns
+    # (kept at most DEPENDENT_COLUMN of its squared norm; replaced by e_r made orthogonal to them)
     if r == 0:
-        return v / torch.sqrt((v * v).sum(-1, keepdim=True)).clamp_min(NORM_FLOOR)
+        norm = torch.sqrt((v * v).sum(-1, keepdim=True))
+        return v / norm.clamp_min(NORM_FLOOR), torch.zeros_like(norm, dtype=torch.bool)
     v, v0, cc = _project_out(v, cols)
     norm2 = v0 - cc  # the b_j are orthonormal
     if twice:  # Kahan: a pass keeping under half of |v|^2 is repeated; after a second one, measured
@@ -183,21 +191,31 @@ def _unit_direction(v, cols, r: int, twice: bool):
     e_r = _project_out(_project_out(e_r, cols)[0], cols)[0]
     v = torch.where(dependent, e_r, v)
     norm2 = torch.where(dependent, (e_r * e_r).sum(-1, keepdim=True), norm2)
-    return v / torch.sqrt(norm2.clamp_min(0.0)).clamp_min(NORM_FLOOR)
+    return v / torch.sqrt(norm2.clamp_min(0.0)).clamp_min(NORM_FLOOR), dependent
 
 
-def basis(a: torch.Tensor, twice: bool = True) -> torch.Tensor:
-    """Orthonormal columns of ``a`` ``[..., N, R]`` as the kernel builds them: each column scaled by
-    its own power of two (max in [1, 2); Gram-Schmidt does not see it, fp32 norms of tiny columns
-    do not underflow), then classical Gram-Schmidt (``twice``: a second pass where the first
-    cancelled), dependent columns replaced by e_r."""
+def _unit_columns(a: torch.Tensor) -> torch.Tensor:
+    """``a`` ``[..., N, R]`` with each column scaled by its own power of two (max |column| in
+    [1, 2); zero columns stay zero), exactly: a change of basis by a positive diagonal, which the
+    Q of a QR factorisation does not see."""
     m = a.abs().amax(-2, keepdim=True)
     e = torch.where(m > 0, torch.frexp(m).exponent - 1, -126).clamp(-126, 126)
-    a = torch.ldexp(a, -e)
-    cols = []
+    return torch.ldexp(a, -e)
+
+
+def basis(a: torch.Tensor, twice: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Orthonormal columns of ``a`` ``[..., N, R]`` as the kernel builds them: each column scaled by
+    its own power of two (``_unit_columns``; Gram-Schmidt does not see it, fp32 norms of tiny
+    columns do not underflow), then classical Gram-Schmidt (``twice``: a second pass where the
+    first cancelled), dependent columns replaced by e_r. Returns ``(q [..., N, R], dependent
+    [...])``: whether a column of ``a`` depended on the earlier ones (bool, per leading index)."""
+    a = _unit_columns(a)
+    cols, dependent = [], torch.zeros(a.shape[:-2], dtype=torch.bool, device=a.device)
     for r in range(a.shape[-1]):
-        cols.append(_unit_direction(a[..., r], cols, r, twice))
-    return torch.stack(cols, -1)
+        col, dep = _unit_direction(a[..., r], cols, r, twice)
+        cols.append(col)
+        dependent = dependent | dep[..., 0]
+    return torch.stack(cols, -1), dependent
 
 
 def guard_overflow(uk: torch.Tensor, qv: torch.Tensor):
@@ -235,20 +253,35 @@ def scales_and_codes(E: torch.Tensor):
 
 
 def flush_emulated(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, parts: int | str = 3,
-                   kernel: str = "triton"):
+                   kernel: str = "triton", orthonormal_qk: bool = False):
     """The flush (SPEC section 4) in a kernel's arithmetic on the factors, batched over any
     leading dims (``[B, H]``); same arguments and results as ``naive.reference``. ``parts``: bf16
     parts of the thin operand in the three subspace products (3: fp32 class, both kernels; 2:
     ~2^-16; 1: a single bf16 operand; "fixed": the integer tensor cores' fixed-point digits).
     ``kernel``: whose low-rank arithmetic (``"triton"``, the portable kernel's, or ``"gluon"``;
     ``thin_products``, ``residual``); the Gluon kernel's Cholesky QR is emulated by Gram-Schmidt,
-    the same Q up to rounding. The state S is never formed before E."""
+    the same Q up to rounding. The state S is never formed before E.
+
+    As both kernels: qk = S^T q0 with unit-scaled columns (``_unit_columns``), and where the qv
+    basis finds a dependent column (rank-deficient states, q0 with repeated columns, S S^T q0
+    conditioned beyond ~1e6) the reference's path for that (batch, head): qk orthonormalised
+    first (dependent columns -> e_r), then qv. ``orthonormal_qk``: the reference's path
+    everywhere (what the kernels' path equals in exact arithmetic)."""
     with torch.no_grad():
         C = codes.to(F32)
         f, A, KU = rebuild_factors(s_k, u, q, kbuf, ubuf, gbuf, w, pcum)
         s_v = s_v.to(F32)
-        qk = basis(thin_products(C, s_v, f, A, KU, q0.to(F32), True, parts, kernel), twice=False)  # [..., K, R]
-        qv = basis(thin_products(C, s_v, f, A, KU, qk, False, parts, kernel), twice=True)  # [..., V, R]
+        a = thin_products(C, s_v, f, A, KU, q0.to(F32), True, parts, kernel)  # S^T q0 [..., K, R]
+        # qk = S^T q0 with unit-scaled columns: the reference's orthonormal qk times an upper
+        # triangular matrix with a positive diagonal, so S qk has the reference's Q (qv)
+        qk = _unit_columns(a)
+        qv, dependent = basis(thin_products(C, s_v, f, A, KU, qk, False, parts, kernel), twice=True)  # [..., V, R]
+        # where the qv basis found a dependent column, the reference's path: qk orthonormal (a
+        # second pass where the first cancelled, so that a repeated column is found dependent and
+        # replaced by e_r, not kept as rounding noise), then qv
+        ref_qk, _ = basis(a, twice=True)
+        ref_qv, _ = basis(thin_products(C, s_v, f, A, KU, ref_qk, False, parts, kernel), twice=True)
+        qv = torch.where((dependent | orthonormal_qk)[..., None, None], ref_qv, qv)
         uk = thin_products(C, s_v, f, A, KU, qv, True, parts, kernel)  # [..., K, R]
         uk, qv = guard_overflow(uk, qv)
         u_new = uk.transpose(-1, -2).to(torch.float16).contiguous()

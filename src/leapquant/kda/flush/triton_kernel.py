@@ -16,6 +16,13 @@ tile is 32 rows: A = [ubuf (16); q_hi (4); q_lo (4); 0] [32, V], exact in bf16, 
 kbuf_j D_j (16); U' (4); U' (4); 0] [32, K] fp32 with U' = u exp(pcum). KU meets the tensor
 cores as three bf16 parts, in the thin products' corrections (against x or y and the
 intermediate A x or KU y, also three parts) and in the residual. Gram-Schmidt is scale-free by a power of two per column (no max|S| is needed).
+qk is S^T q0 with each column scaled by its own power of two, not orthonormalised: the reference's
+qk is S^T q0 R^-1 (R upper triangular with a positive diagonal), and S qk R^-1 has the same QR
+factor Q as S qk, so qv is the reference's in exact arithmetic. Where the qv basis finds a
+dependent column (rank-deficient states, q0 with repeated columns, S S^T q0 conditioned beyond
+~1e6) the program stores nothing and runs again on the reference's path (``ORTHONORMAL_QK``: qk
+orthonormalised first, then qv), so that no register copy of the first run's operands stays live
+through it.
 Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
 """
 
@@ -43,8 +50,6 @@ MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (NOTES.md)
 # nothing due costs one flag scan (4 us at B=512, 86 us with one CTA per candidate) and 1 in 16
 # due runs 20-25% faster; all due runs ~5% slower than one CTA per candidate (NOTES.md).
 PERSISTENT_POOL = True
-# Gram-Schmidt passes for qk (the iterate, which only needs to span S^T q0): one (NOTES.md)
-QK_TWICE = tl.constexpr(False)
 
 
 @triton.jit
@@ -192,9 +197,10 @@ def _project_out(v, b0, b1, b2):
 def _unit_direction(v, b0, b1, b2, r: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
                     TWICE: tl.constexpr):
     # Column r of Gram-Schmidt: v projected out of b0..b{r-1} (TWICE: classical GS twice where
-    # needed, the reference's MGS2 up to rounding), then unit length. A v left with less than
-    # DROP of its squared norm depends on the earlier columns and is replaced by e_r made
-    # orthogonal to them.
+    # needed, the reference's MGS2 up to rounding), then unit length, and whether v depended on
+    # the earlier columns (uniform; r > 0): a v left with at most DROP of its squared norm is
+    # replaced by e_r made orthogonal to them.
+    dependent = False
     if r == 0:
         norm2 = tl.sum(v * v, axis=0)
     else:
@@ -208,34 +214,43 @@ def _unit_direction(v, b0, b1, b2, r: tl.constexpr, NORM_MIN: tl.constexpr, DROP
             norm2 = vv - cc
             if norm2 < 0.5 * vv:  # cancellation again: measure directly
                 norm2 = tl.sum(v * v, axis=0)
-        if norm2 <= DROP * v0:
+        dependent = norm2 <= DROP * v0
+        if dependent:
             # a q0 with repeated columns, a rank-deficient state (the reference's normalised
             # rounding noise may come out parallel to b_0): keep R directions
             v = tl.where(tl.arange(0, v.shape[0]) == r, 1.0, 0.0).to(v.dtype)
             v, _, _ = _project_out(v, b0, b1, b2)
             v, _, _ = _project_out(v, b0, b1, b2)
             norm2 = tl.sum(v * v, axis=0)
-    return v / tl.maximum(tl.sqrt_rn(tl.maximum(norm2, 0.0)), NORM_MIN)
+    return v / tl.maximum(tl.sqrt_rn(tl.maximum(norm2, 0.0)), NORM_MIN), dependent
 
 
 @triton.jit
-def basis(acc, NORM_MIN: tl.constexpr, DROP: tl.constexpr, TWICE: tl.constexpr):
-    """SPEC step 3's orthonormal columns of a thin product ``acc`` [N, 16] (its parts summed
-    here). Scale-free: each column is first scaled by its own power of two (max in [1, 2)), which
-    Gram-Schmidt does not see and which keeps fp32 norms of tiny columns from underflowing.
-    Returns the four unit columns [N]."""
-    a0, a1, a2, a3 = _group_sum(acc)
+def _unit_columns(a0, a1, a2, a3):
+    # the four columns [N] each scaled by its own power of two (max |column| in [1, 2); zero
+    # columns stay zero), exactly: a change of basis by a positive diagonal, which the Q of a
+    # QR factorisation does not see
     m0, m1, m2, m3 = _split4(tl.max(_join4(tl.abs(a0), tl.abs(a1), tl.abs(a2), tl.abs(a3)), axis=0))
-    a0 = a0 * _pow2(-tl.minimum(tl.maximum(_exponent(m0), -126), 126))
-    a1 = a1 * _pow2(-tl.minimum(tl.maximum(_exponent(m1), -126), 126))
-    a2 = a2 * _pow2(-tl.minimum(tl.maximum(_exponent(m2), -126), 126))
-    a3 = a3 * _pow2(-tl.minimum(tl.maximum(_exponent(m3), -126), 126))
+    return (a0 * _pow2(-tl.minimum(tl.maximum(_exponent(m0), -126), 126)),
+            a1 * _pow2(-tl.minimum(tl.maximum(_exponent(m1), -126), 126)),
+            a2 * _pow2(-tl.minimum(tl.maximum(_exponent(m2), -126), 126)),
+            a3 * _pow2(-tl.minimum(tl.maximum(_exponent(m3), -126), 126)))
+
+
+@triton.jit
+def basis(a0, a1, a2, a3, NORM_MIN: tl.constexpr, DROP: tl.constexpr, TWICE: tl.constexpr):
+    """SPEC step 3's orthonormal columns of a thin product's four columns [N] (``_group_sum``).
+    Scale-free: each column is first scaled by its own power of two (``_unit_columns``), which
+    Gram-Schmidt does not see and which keeps fp32 norms of tiny columns from underflowing.
+    Returns the four unit columns [N] and whether a column depended on the earlier ones (a
+    uniform scalar; such a column is replaced by e_r made orthogonal to them)."""
+    a0, a1, a2, a3 = _unit_columns(a0, a1, a2, a3)
     zero = tl.zeros_like(a0)
-    b0 = _unit_direction(a0, zero, zero, zero, 0, NORM_MIN, DROP, TWICE)
-    b1 = _unit_direction(a1, b0, zero, zero, 1, NORM_MIN, DROP, TWICE)
-    b2 = _unit_direction(a2, b0, b1, zero, 2, NORM_MIN, DROP, TWICE)
-    b3 = _unit_direction(a3, b0, b1, b2, 3, NORM_MIN, DROP, TWICE)
-    return b0, b1, b2, b3
+    b0, _ = _unit_direction(a0, zero, zero, zero, 0, NORM_MIN, DROP, TWICE)
+    b1, d1 = _unit_direction(a1, b0, zero, zero, 1, NORM_MIN, DROP, TWICE)
+    b2, d2 = _unit_direction(a2, b0, b1, zero, 2, NORM_MIN, DROP, TWICE)
+    b3, d3 = _unit_direction(a3, b0, b1, b2, 3, NORM_MIN, DROP, TWICE)
+    return b0, b1, b2, b3, d1 | d2 | d3
 
 
 @triton.jit
@@ -292,8 +307,11 @@ def _flush_program(
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
     NR: tl.constexpr, RP: tl.constexpr, MR: tl.constexpr,
     QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
-    U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
+    U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr, ORTHONORMAL_QK: tl.constexpr,
 ):
+    # One (slot, head) flushed. ORTHONORMAL_QK: the reference's path (qk orthonormalised). Without
+    # it, where the qv basis finds a dependent column, nothing is stored and the result is True:
+    # the caller runs the program again with ORTHONORMAL_QK.
     tl.static_assert((NL % NR == 0) & (NL + 2 * NR <= MR))
     prog = slot * NH + head
     v = tl.arange(0, NV)
@@ -328,34 +346,88 @@ def _flush_program(
 
     # one round of subspace iteration on the factors (S is never formed)
     q0_rep = tl.load(q0 + v[:, None] * NR + (c % NR)[None, :])  # [V, RP], column c = q0[:, c % R]
-    b0, b1, b2, b3 = basis(thin_products(cb, q0_rep, s_v, f, At, k_hi, k_mid, k_lo, True, PARTS, RP, UPCAST),
-                           NORM_MIN, DROP, QK_TWICE)  # qk
-    b0, b1, b2, b3 = basis(thin_products(cb, _replicate(b0, b1, b2, b3, RP), f, s_v, At, k_hi, k_mid, k_lo, False,
-                                         PARTS, RP, UPCAST), NORM_MIN, DROP, True)  # qv, the token basis
-    u0, u1, u2, u3 = _group_sum(thin_products(cb, _replicate(b0, b1, b2, b3, RP), s_v, f, At, k_hi, k_mid, k_lo, True,
-                                              PARTS, RP, UPCAST))  # uk = S^T qv
-    # where fp16 u_r would overflow (coherent states above |S| ~ 6e3) a power of two moves from
-    # u_r to q_r: exact for q^T u. Without max|S| there is no cheap bound to skip the check.
-    e0, e1, e2, e3 = _split4(tl.max(_join4(tl.abs(u0), tl.abs(u1), tl.abs(u2), tl.abs(u3)), axis=0))
-    e0, e1, e2, e3 = _guard_scale(e0, U_LIMIT), _guard_scale(e1, U_LIMIT), _guard_scale(e2, U_LIMIT), _guard_scale(e3, U_LIMIT)
-    u_rep = _replicate(u0 * _pow2(-e0), u1 * _pow2(-e1), u2 * _pow2(-e2), u3 * _pow2(-e3), RP).to(tl.float16)
-    q_rep = _replicate(b0 * _pow2(e0), b1 * _pow2(e1), b2 * _pow2(e2), b3 * _pow2(e3), RP).to(tl.float16)
-    u_rep_t = tl.trans(u_rep)  # [RP, K], row r = u_new[r]
+    a0, a1, a2, a3 = _group_sum(thin_products(cb, q0_rep, s_v, f, At, k_hi, k_mid, k_lo, True, PARTS, RP,
+                                              UPCAST))  # S^T q0
+    if ORTHONORMAL_QK:
+        # the reference's path: qk orthonormal, the second pass where the first cancelled (so that
+        # a repeated column is found dependent and replaced by e_r, not kept as rounding noise)
+        k0, k1, k2, k3, _ = basis(a0, a1, a2, a3, NORM_MIN, DROP, True)
+    else:
+        # qk = S^T q0 with each column scaled by its own power of two, not orthonormalised: the
+        # reference's qk is S^T q0 R^-1 (R upper triangular with a positive diagonal), and S qk R^-1
+        # has the same QR factor Q as S qk, so qv is the reference's in exact arithmetic
+        k0, k1, k2, k3 = _unit_columns(a0, a1, a2, a3)
+    b0, b1, b2, b3 = _group_sum(thin_products(cb, _replicate(k0, k1, k2, k3, RP), f, s_v, At, k_hi, k_mid, k_lo, False,
+                                              PARTS, RP, UPCAST))  # S qk
+    p0, p1, p2, p3, dependent = basis(b0, b1, b2, b3, NORM_MIN, DROP, True)  # qv, the token basis
+    # rare: S S^T q0 is (nearly) rank-deficient (a rank-deficient state, q0 with repeated columns,
+    # or S qk conditioned beyond ~1e6, where fp32 loses its last columns): left to the reference's path
+    retry = dependent & (not ORTHONORMAL_QK)
+    if not retry:
+        u0, u1, u2, u3 = _group_sum(thin_products(cb, _replicate(p0, p1, p2, p3, RP), s_v, f, At, k_hi, k_mid, k_lo,
+                                                  True, PARTS, RP, UPCAST))  # uk = S^T qv
+        # where fp16 u_r would overflow (coherent states above |S| ~ 6e3) a power of two moves from
+        # u_r to q_r: exact for q^T u. Without max|S| there is no cheap bound to skip the check.
+        e0, e1, e2, e3 = _split4(tl.max(_join4(tl.abs(u0), tl.abs(u1), tl.abs(u2), tl.abs(u3)), axis=0))
+        e0, e1, e2, e3 = (_guard_scale(e0, U_LIMIT), _guard_scale(e1, U_LIMIT), _guard_scale(e2, U_LIMIT),
+                          _guard_scale(e3, U_LIMIT))
+        u_rep = _replicate(u0 * _pow2(-e0), u1 * _pow2(-e1), u2 * _pow2(-e2), u3 * _pow2(-e3), RP).to(tl.float16)
+        q_rep = _replicate(p0 * _pow2(e0), p1 * _pow2(e1), p2 * _pow2(e2), p3 * _pow2(e3), RP).to(tl.float16)
+        u_rep_t = tl.trans(u_rep)  # [RP, K], row r = u_new[r]
 
-    e = residual(cb, s_v, f, At, k_hi, k_mid, k_lo, q_rep, u_rep_t, RP, UPCAST)
-    codes_new, s_k_new, s_v_new = scales_and_codes(e, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
+        e = residual(cb, s_v, f, At, k_hi, k_mid, k_lo, q_rep, u_rep_t, RP, UPCAST)
+        codes_new, s_k_new, s_v_new = scales_and_codes(e, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
 
-    tl.store(codes_out + slot * C_SLOT + head * C_HEAD + v[:, None] * NK + k[None, :], codes_new)
-    tl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + k, s_k_new)
-    tl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + v, s_v_new)
-    tl.store(u_out + slot * U_SLOT + head * U_HEAD + c[:, None] * U_ROW + k[None, :], u_rep_t, mask=live[:, None])
-    tl.store(q_out + slot * Q_SLOT + head * Q_HEAD + c[None, :] * Q_ROW + v[:, None], q_rep, mask=live[None, :])
-    if IN_PLACE:
-        # every thread's window loads are consumed before any reset lands
-        tl.debug_barrier()
-        tl.store(w + prog * NL + j, tl.zeros([NL], dtype=tl.float32))
-        tl.store(gbase + j[:, None] * NK + k[None, :], tl.full([NL, NK], 1.0, dtype=tl.float16))
-        tl.store(pcum + prog * NK + k, tl.zeros([NK], dtype=tl.float32))
+        tl.store(codes_out + slot * C_SLOT + head * C_HEAD + v[:, None] * NK + k[None, :], codes_new)
+        tl.store(sk_out + slot * SK_SLOT + head * SK_HEAD + k, s_k_new)
+        tl.store(sv_out + slot * SV_SLOT + head * SV_HEAD + v, s_v_new)
+        tl.store(u_out + slot * U_SLOT + head * U_HEAD + c[:, None] * U_ROW + k[None, :], u_rep_t,
+                 mask=live[:, None])
+        tl.store(q_out + slot * Q_SLOT + head * Q_HEAD + c[None, :] * Q_ROW + v[:, None], q_rep,
+                 mask=live[None, :])
+        if IN_PLACE:
+            # every thread's window loads are consumed before any reset lands
+            tl.debug_barrier()
+            tl.store(w + prog * NL + j, tl.zeros([NL], dtype=tl.float32))
+            tl.store(gbase + j[:, None] * NK + k[None, :], tl.full([NL, NK], 1.0, dtype=tl.float16))
+            tl.store(pcum + prog * NK + k, tl.zeros([NK], dtype=tl.float32))
+    return retry
+
+
+@triton.jit
+def _flush_one(
+    slot, head,
+    codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+    kbuf, ubuf, gbuf, w, pcum, q0,
+    C_SLOT: tl.constexpr, C_HEAD: tl.constexpr, SK_SLOT: tl.constexpr, SK_HEAD: tl.constexpr,
+    SV_SLOT: tl.constexpr, SV_HEAD: tl.constexpr,
+    U_SLOT: tl.constexpr, U_HEAD: tl.constexpr, U_ROW: tl.constexpr,
+    Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr, Q_ROW: tl.constexpr,
+    IN_PLACE: tl.constexpr, UPCAST: tl.constexpr, PARTS: tl.constexpr,
+    NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
+    NR: tl.constexpr, RP: tl.constexpr, MR: tl.constexpr,
+    QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
+    U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
+):
+    # program (slot, head) flushed with qk unit-scaled; the reference's path (qk orthonormalised)
+    # only where that run's qv basis found a dependent column (uniform), as a second run, so that
+    # no register copy of the first run's operands stays live through it
+    if _flush_program(
+        slot, head,
+        codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+        kbuf, ubuf, gbuf, w, pcum, q0,
+        C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+        Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
+        QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, False,
+    ):
+        _flush_program(
+            slot, head,
+            codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+            kbuf, ubuf, gbuf, w, pcum, q0,
+            C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+            Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
+            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, True,
+        )
 
 
 @triton.jit(do_not_specialize=["q0", "idx", "num_programs", "picks", "pick_stride"])  # no recompile per batch or alignment
@@ -391,7 +463,7 @@ def _flush_kernel(
                 return
         else:
             slot = c // NH
-        _flush_program(
+        _flush_one(
             slot.to(tl.int64), c % NH,
             codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
             kbuf, ubuf, gbuf, w, pcum, q0,
@@ -426,7 +498,7 @@ def _flush_kernel(
     tl.debug_barrier()  # the picks are written by other threads of this CTA
     for t in range(0, tl.cdiv(count - pid, G)):
         prog = tl.load(mine + t).to(tl.int32)  # (functional launches pass a dummy pointer)
-        _flush_program(
+        _flush_one(
             (prog // NH).to(tl.int64), prog % NH,
             codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
             kbuf, ubuf, gbuf, w, pcum, q0,
