@@ -22,9 +22,14 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
   A^T). The window keys' two parts (~2^-16) enter the bases, u and E; E takes the old tokens
   exactly ((q_hi + q_lo)^T (u_hi + u_lo)), and an error in u only changes E, which is quantised
   as formed.
-- The bases: Cholesky QR with the 4 x 4 Gram matrix summed in fp64 (one reduction a pass; qv gets
-  a second pass when ill-conditioned, dependent columns a Gram-Schmidt fallback), each column of
-  a thin product first scaled by its own power of two (scale-free: no max|S|).
+- The basis: qk is S^T q0 with each column scaled by its own power of two, not orthonormalised
+  (the token basis qv = Q(S qk) is the reference's in exact arithmetic: a QR factor Q does not
+  change under an upper-triangular change of basis). qv by Cholesky QR with the 4 x 4 Gram matrix
+  summed in fp64 (one reduction a pass, a second pass when ill-conditioned), each column first
+  scaled by its own power of two (scale-free: no max|S|). Where it finds a dependent column
+  (rank-deficient states, q0 with repeated columns, S S^T q0 conditioned beyond ~1e6) the
+  program takes the reference's path: qk orthonormalised, S qk again, qv with a Gram-Schmidt
+  fallback for dependent columns.
 - E is formed once, after the iteration, in the wgmma accumulator of two warpgroups; nothing the
   size of S is live during the iteration.
 - The next program's inputs are copied (cp.async) into a staging area while this one computes.
