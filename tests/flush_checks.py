@@ -5,6 +5,7 @@ import torch
 from conftest import fill_pool, same_bits, snapshot
 from leapquant.eval import flush_inputs as inputs
 from leapquant.kda import H, L, Pool, reference
+from leapquant.kda.geometry import EPS
 from leapquant.eval.flush_criterion import evaluate
 from leapquant.kda.kernel import launch_flush
 
@@ -75,3 +76,25 @@ def judge_pool(pool: Pool, before: dict, due, q0, ratio_bound: float | None = No
 def _views(pool: Pool, raw):
     """The checkpoint views of ``pool`` laid over another raw buffer."""
     return tuple(raw.view(v.dtype).as_strided(v.shape, v.stride(), v.storage_offset()) for v in pool.checkpoint)
+
+
+def fallback_matches_functional(flush, device) -> dict:
+    """A pool flushed in place with a q0 whose third column repeats its first, so that every due
+    program's qv basis finds a dependent column and the kernel takes the reference's path (qk
+    orthonormalised) after its first run: slot 1 (all heads due) must come out bit for bit as the
+    functional kernel gives on the same old checkpoint and window, and its window reset, which a
+    first run that stored or reset anything would break. ``flush(pool, idx, q0)`` flushes in place."""
+    pool, idx, due = due_pool(device)
+    q0 = inputs.make("random", 1, device, seed=13)["q0"]
+    q0[:, 2] = q0[:, 0]
+    ckpt = tuple(t[1:2].clone() for t in pool.checkpoint)
+    window = tuple(getattr(pool, n)[1:2].clone() for n in ("kbuf", "ubuf", "gbuf", "w", "pcum"))
+    new = tuple(torch.empty_like(t) for t in ckpt)
+    launch_flush(ckpt, new, window, q0)
+    flush(pool, idx, q0)
+    same = [same_bits(t[1:2], n) for t, n in zip(pool.checkpoint, new)]
+    reset = bool((pool.w[1] == 0).all() and (pool.pcum[1] == 0).all() and (pool.gbuf[1] == 1).all())
+    live = new[1].amax(-1) > EPS  # s_k at its floor: an all-zero state (the structured family has one)
+    tokens = bool((new[4].float().abs().amax(-1) > 0)[live].all())  # four real tokens in every live head
+    return {"same": all(same), "per_output": same, "reset": reset, "four_tokens": tokens}
+

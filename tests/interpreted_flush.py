@@ -32,6 +32,10 @@ for persistent in (False, True):  # one CTA per candidate, or resident CTAs scan
     pool, idx, due = flush_checks.due_pool("cpu")
     q0 = inputs.make("random", 1, "cpu", seed=13)["q0"]
     out["pool_persistent" if persistent else "pool"] = flush_checks.pool_mode(pool, idx, due, kernel_inplace, q0)
+for persistent in (False, True):  # the reference's path after a first run that must leave no trace
+    flush_mod.PERSISTENT_POOL = persistent
+    out["fallback_persistent" if persistent else "fallback"] = flush_checks.fallback_matches_functional(
+        kernel_inplace, "cpu")
 flush_mod.FLAG_TILE = 64  # a flag scan over several tiles (2 slots each)
 pool, idx, due = flush_checks.due_pool("cpu")
 out["pool_persistent_tiles"] = flush_checks.pool_mode(pool, idx, due, kernel_inplace, q0)

@@ -206,6 +206,13 @@ def test_kernel_with_repeated_q0_columns():
     assert float(res["err"].sum()) <= 1.1 * float(res["err_ref"].sum())
 
 
+def test_reference_path_in_place_matches_functional(kernel):
+    # q0 with a repeated column: every program's qv basis finds a dependent column and takes the
+    # reference's path; in place it must equal the functional kernel bit for bit, window reset
+    v = flush_checks.fallback_matches_functional(lambda pool, idx, q0: flush_inplace(pool, idx, q0), "cuda")
+    assert v["same"] and v["reset"] and v["four_tokens"], v
+
+
 def test_vanishing_state_on_cuda():
     from leapquant.eval.flush_criterion import head_errors, well_formed
 

@@ -36,3 +36,13 @@ def test_interpreted_kernel_two_part_thin_operands(verdicts, family):
 def test_interpreted_kernel_pool_mode(verdicts, grid):
     v = verdicts[grid]
     assert v["ok"] and v["untouched"] and v["reset"], v
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("grid", ["fallback", "fallback_persistent"])
+def test_interpreted_kernel_reference_path_in_place(verdicts, grid):
+    # q0 with a repeated column: every program runs twice (the second time on the reference's
+    # path); in place it must equal the functional kernel bit for bit and reset its window once
+    v = verdicts[grid]
+    assert v["same"] and v["reset"] and v["four_tokens"], v
+
