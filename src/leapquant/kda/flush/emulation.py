@@ -279,9 +279,10 @@ def flush_emulated(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, parts: 
         # where the qv basis found a dependent column, the reference's path: qk orthonormal (a
         # second pass where the first cancelled, so that a repeated column is found dependent and
         # replaced by e_r, not kept as rounding noise), then qv
-        ref_qk, _ = basis(a, twice=True)
-        ref_qv, _ = basis(thin_products(C, s_v, f, A, KU, ref_qk, False, parts, kernel), twice=True)
-        qv = torch.where((dependent | orthonormal_qk)[..., None, None], ref_qv, qv)
+        if orthonormal_qk or bool(dependent.any()):
+            ref_qk, _ = basis(a, twice=True)
+            ref_qv, _ = basis(thin_products(C, s_v, f, A, KU, ref_qk, False, parts, kernel), twice=True)
+            qv = torch.where((dependent | orthonormal_qk)[..., None, None], ref_qv, qv)
         uk = thin_products(C, s_v, f, A, KU, qv, True, parts, kernel)  # [..., K, R]
         uk, qv = guard_overflow(uk, qv)
         u_new = uk.transpose(-1, -2).to(torch.float16).contiguous()

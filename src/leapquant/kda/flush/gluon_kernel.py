@@ -295,7 +295,7 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
         q3 = q3 / gl.maximum(gl.sqrt(_dot(q3, q3)).to(gl.float32), NORM_MIN)
     elif TWICE:
         if ill:  # ill-conditioned: a second pass restores orthogonality
-            q0, q1, q2, q3, again, ill = _cholesky_pass(q0, q1, q2, q3, NORM_MIN, DROP, SECOND)
+            q0, q1, q2, q3, _, _ = _cholesky_pass(q0, q1, q2, q3, NORM_MIN, DROP, SECOND)
     return q0, q1, q2, q3, dependent
 
 
@@ -659,9 +659,9 @@ def _flush_program(
         # rare: S S^T q0 is (nearly) rank-deficient (a rank-deficient state, q0 with repeated
         # columns, or S qk conditioned beyond ~1e6, where fp32 loses its last columns): the
         # reference's path, qk orthonormalised first (a dependent column replaced by e_r)
-        k0, k1, k2, k3, dependent = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND, True)
+        k0, k1, k2, k3, _ = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND, True)
         b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, win_s, ku_s, vec_s, False, NV, NL, QM)
-        p0, p1, p2, p3, dependent = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, True)
+        p0, p1, p2, p3, _ = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, True)
     u0, u1, u2, u3 = thin_products(p0, p1, p2, p3, c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # uk = S^T qv
     # where fp16 u_r would overflow (coherent states above |S| ~ 6e3) a power of two moves from
     # u_r to q_r: exact for q^T u. Without max|S| there is no cheap bound to skip the check.
