@@ -165,21 +165,11 @@ def test_repeated_q0_columns_take_the_reference_path():
     # independent q0 as the CPU product path is (tests/test_reference.py, the same case: 1.081;
     # here 1.081 too, both MKL modes). Without that path qv's third column is e_2, no direction of
     # S: 1.167, no better than three tokens (1.164).
+    from flush_checks import REPEATED_Q0_BOUND, repeated_q0_errors
     from leapquant.eval.flush_criterion import head_errors, well_formed
-    from test_reference import REPEATED_Q0_BOUND
 
-    def relative_error(x, ckpt):
-        err, mag = head_errors(x, ckpt)
-        return float(err.sum() / mag.sum())
-
-    x = inputs.make("structured", B, "cpu", seed=4)
-    independent = relative_error(x, emu.flush_emulated(**x))
-    three_tokens = relative_error(x, naive.quantize(naive.rebuild(*(x[n] for n in inputs.FLUSH_ARGS[:-1])),
-                                                    x["q0"][:, :3].contiguous(), robust=True))
-    x["q0"][:, 2] = x["q0"][:, 0]
-    got = emu.flush_emulated(**x)
+    repeated, independent, three_tokens, x, got = repeated_q0_errors(emu.flush_emulated, B)
     assert well_formed(got)
-    repeated = relative_error(x, got)
     assert repeated <= REPEATED_Q0_BOUND * independent < three_tokens, (repeated, independent, three_tokens)
     live = head_errors(x, got)[1] > 0  # the structured family has an all-zero head
     assert bool((got[4].float().abs().amax(-1)[live] > 0).all())  # four nonzero tokens in every live head

@@ -45,4 +45,3 @@ def test_interpreted_kernel_reference_path_in_place(verdicts, grid):
     # path); in place it must equal the functional kernel bit for bit and reset its window once
     v = verdicts[grid]
     assert v["same"] and v["reset"] and v["four_tokens"], v
-

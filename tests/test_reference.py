@@ -9,9 +9,6 @@ from leapquant.eval.flush_criterion import evaluate
 from leapquant.kda.flush.naive import decay_since_append, mgs, quantize, rebuild
 
 B = 2
-# a flush from a q0 with a repeated column against the same flush from independent columns
-# (1.081 measured; three tokens instead of four: 1.164)
-REPEATED_Q0_BOUND = 1.12
 
 
 @pytest.fixture(scope="module", params=inputs.FAMILIES)
@@ -121,21 +118,12 @@ def test_repeated_q0_columns_keep_four_tokens():
     # four real tokens, so it stays close to its own flush from an independent q0 and clearly
     # better than a flush with three tokens. Both yardsticks are our own well-conditioned flush:
     # their errors agree to ~1e-6 relative across MKL's code paths (1.081 and 1.164 here).
-    from leapquant.eval.flush_criterion import head_errors, well_formed
+    from flush_checks import REPEATED_Q0_BOUND, repeated_q0_errors
+    from leapquant.eval.flush_criterion import well_formed
     from leapquant.kda.flush.naive import flush_cpu
 
-    def relative_error(x, ckpt):
-        err, mag = head_errors(x, ckpt)
-        return float(err.sum() / mag.sum())
-
-    x = inputs.make("structured", B, "cpu", seed=4)
-    independent = relative_error(x, flush_cpu(**x))
-    three_tokens = relative_error(x, quantize(rebuild(*(x[n] for n in inputs.FLUSH_ARGS[:-1])),
-                                              x["q0"][:, :3].contiguous(), robust=True))
-    x["q0"][:, 2] = x["q0"][:, 0]
-    got = flush_cpu(**x)
+    repeated, independent, three_tokens, _, got = repeated_q0_errors(flush_cpu, B)
     assert well_formed(got)
-    repeated = relative_error(x, got)
     assert repeated <= REPEATED_Q0_BOUND * independent < three_tokens, (repeated, independent, three_tokens)
     assert float(got[4][..., 2, :].float().abs().amax()) > 0  # a real 4th token, not a zero one
 
