@@ -24,8 +24,9 @@ What is emulated, as the kernel does it:
 * the kernels' subspace iteration: qk = S^T q0 with each column scaled by its own power of two
   (``_unit_columns``), not orthonormalised (the reference's qk is S^T q0 R^-1 with R upper
   triangular, and S qk R^-1 has the same Q as S qk, so qv is the reference's in exact
-  arithmetic); where the qv basis finds a dependent column, the reference's path (qk
-  orthonormalised first, then qv);
+  arithmetic); where a column of the qv basis keeps less than ``ILL_COLUMN`` of its squared
+  norm (S S^T q0 conditioned beyond ~1e4), the reference's path (qk orthonormalised first, then
+  qv);
 * Gram-Schmidt as the portable kernel's (classical, projections and |v|^2 from one reduction, a
   second pass only after cancellation (Kahan's criterion), dependent columns -> e_r), each column
   first scaled by its own power of two (scale-free; no max|S| needed);
@@ -42,7 +43,7 @@ from __future__ import annotations
 
 import torch
 
-from ..geometry import DEPENDENT_COLUMN, EPS, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT
+from ..geometry import DEPENDENT_COLUMN, EPS, ILL_COLUMN, L, NORM_FLOOR, QMAX, R, TOKEN_LIMIT
 
 LOW_RANK_ROWS = 32  # the kernel's low-rank tile: window (L), q_hi (R), q_lo (R), zero rows
 F32 = torch.float32
@@ -171,9 +172,10 @@ def _project_out(v, cols):
     return out, vv, sum(cj * cj for cj in c)
 
 
-def _unit_direction(v, cols, r: int, twice: bool):
-    # column r of Gram-Schmidt, unit length, and whether it depended on the earlier columns
-    # (kept at most DEPENDENT_COLUMN of its squared norm; replaced by e_r made orthogonal to them)
+def _unit_direction(v, cols, r: int, twice: bool, flag_below: float):
+    # column r of Gram-Schmidt, unit length, and whether it kept less than flag_below of its
+    # squared norm against the earlier columns (at most DEPENDENT_COLUMN of it: dependent,
+    # replaced by e_r made orthogonal to them)
     if r == 0:
         norm = torch.sqrt((v * v).sum(-1, keepdim=True))
         return v / norm.clamp_min(NORM_FLOOR), torch.zeros_like(norm, dtype=torch.bool)
@@ -185,13 +187,14 @@ def _unit_direction(v, cols, r: int, twice: bool):
         n2 = torch.where(n2 < 0.5 * vv2, (v2 * v2).sum(-1, keepdim=True), n2)
         again = norm2 < 0.5 * v0
         v, norm2 = torch.where(again, v2, v), torch.where(again, n2, norm2)
+    flagged = norm2 < flag_below * v0
     dependent = norm2 <= DEPENDENT_COLUMN * v0
     e_r = torch.zeros_like(v)
     e_r[..., r] = 1
     e_r = _project_out(_project_out(e_r, cols)[0], cols)[0]
     v = torch.where(dependent, e_r, v)
     norm2 = torch.where(dependent, (e_r * e_r).sum(-1, keepdim=True), norm2)
-    return v / torch.sqrt(norm2.clamp_min(0.0)).clamp_min(NORM_FLOOR), dependent
+    return v / torch.sqrt(norm2.clamp_min(0.0)).clamp_min(NORM_FLOOR), flagged
 
 
 def _unit_columns(a: torch.Tensor) -> torch.Tensor:
@@ -203,19 +206,21 @@ def _unit_columns(a: torch.Tensor) -> torch.Tensor:
     return torch.ldexp(a, -e)
 
 
-def basis(a: torch.Tensor, twice: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def basis(a: torch.Tensor, twice: bool = True,
+          flag_below: float = DEPENDENT_COLUMN) -> tuple[torch.Tensor, torch.Tensor]:
     """Orthonormal columns of ``a`` ``[..., N, R]`` as the kernel builds them: each column scaled by
     its own power of two (``_unit_columns``; Gram-Schmidt does not see it, fp32 norms of tiny
     columns do not underflow), then classical Gram-Schmidt (``twice``: a second pass where the
-    first cancelled), dependent columns replaced by e_r. Returns ``(q [..., N, R], dependent
-    [...])``: whether a column of ``a`` depended on the earlier ones (bool, per leading index)."""
+    first cancelled), dependent columns replaced by e_r. Returns ``(q [..., N, R], flagged
+    [...])``: whether a column of ``a`` kept less than ``flag_below`` of its squared norm against
+    the earlier ones (bool, per leading index; by default: whether one was dependent)."""
     a = _unit_columns(a)
-    cols, dependent = [], torch.zeros(a.shape[:-2], dtype=torch.bool, device=a.device)
+    cols, flagged = [], torch.zeros(a.shape[:-2], dtype=torch.bool, device=a.device)
     for r in range(a.shape[-1]):
-        col, dep = _unit_direction(a[..., r], cols, r, twice)
+        col, flag = _unit_direction(a[..., r], cols, r, twice, flag_below)
         cols.append(col)
-        dependent = dependent | dep[..., 0]
-    return torch.stack(cols, -1), dependent
+        flagged = flagged | flag[..., 0]
+    return torch.stack(cols, -1), flagged
 
 
 def guard_overflow(uk: torch.Tensor, qv: torch.Tensor):
@@ -263,8 +268,9 @@ def flush_emulated(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, parts: 
     the same Q up to rounding. The state S is never formed before E.
 
     As both kernels: qk = S^T q0 with unit-scaled columns (``_unit_columns``), and where the qv
-    basis finds a dependent column (rank-deficient states, q0 with repeated columns, S S^T q0
-    conditioned beyond ~1e6) the reference's path for that (batch, head): qk orthonormalised
+    basis finds a column keeping less than ``ILL_COLUMN`` of its squared norm (S S^T q0
+    conditioned beyond ~1e4: rank-deficient or very coherent states, q0 with repeated columns)
+    the reference's path for that (batch, head): qk orthonormalised
     first (dependent columns -> e_r), then qv. ``orthonormal_qk``: the reference's path
     everywhere (what the kernels' path equals in exact arithmetic)."""
     with torch.no_grad():
@@ -275,14 +281,15 @@ def flush_emulated(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, parts: 
         # qk = S^T q0 with unit-scaled columns: the reference's orthonormal qk times an upper
         # triangular matrix with a positive diagonal, so S qk has the reference's Q (qv)
         qk = _unit_columns(a)
-        qv, dependent = basis(thin_products(C, s_v, f, A, KU, qk, False, parts, kernel), twice=True)  # [..., V, R]
-        # where the qv basis found a dependent column, the reference's path: qk orthonormal (a
+        qv, ill = basis(thin_products(C, s_v, f, A, KU, qk, False, parts, kernel), twice=True,
+                        flag_below=ILL_COLUMN)  # [..., V, R]
+        # where the qv basis found S qk ill-conditioned, the reference's path: qk orthonormal (a
         # second pass where the first cancelled, so that a repeated column is found dependent and
         # replaced by e_r, not kept as rounding noise), then qv
-        if orthonormal_qk or bool(dependent.any()):
+        if orthonormal_qk or bool(ill.any()):
             ref_qk, _ = basis(a, twice=True)
             ref_qv, _ = basis(thin_products(C, s_v, f, A, KU, ref_qk, False, parts, kernel), twice=True)
-            qv = torch.where((dependent | orthonormal_qk)[..., None, None], ref_qv, qv)
+            qv = torch.where((ill | orthonormal_qk)[..., None, None], ref_qv, qv)
         uk = thin_products(C, s_v, f, A, KU, qv, True, parts, kernel)  # [..., K, R]
         uk, qv = guard_overflow(uk, qv)
         u_new = uk.transpose(-1, -2).to(torch.float16).contiguous()

@@ -26,8 +26,9 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
   (the token basis qv = Q(S qk) is the reference's in exact arithmetic: a QR factor Q does not
   change under an upper-triangular change of basis). qv by Cholesky QR with the 4 x 4 Gram matrix
   summed in fp64 (one reduction a pass, a second pass when ill-conditioned), each column first
-  scaled by its own power of two (scale-free: no max|S|). Where it finds a dependent column
-  (rank-deficient states, q0 with repeated columns, S S^T q0 conditioned beyond ~1e6) the
+  scaled by its own power of two (scale-free: no max|S|). Where a column keeps less than
+  ILL_COLUMN (1e-8) of its squared norm (S S^T q0 conditioned beyond ~1e4: rank-deficient or very
+  coherent states, q0 with repeated columns) the
   program takes the reference's path: qk orthonormalised, S qk again, qv with a Gram-Schmidt
   fallback for dependent columns.
 - E is formed once, after the iteration, in the wgmma accumulator of two warpgroups; nothing the
@@ -49,7 +50,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-from ..geometry import H, K
+from ..geometry import ILL_COLUMN, H, K
 from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flush_arguments, pool_picks,
                       resident_ctas)
 
@@ -64,7 +65,7 @@ THIN = gl.constexpr(16)  # thin products' columns: a [N, R] operand's hi, lo and
 LOW_RANK = gl.constexpr(32)  # rows of the low-rank tiles A and KU
 # Cholesky QR keeps |Q^T Q - I| ~ eps64 cond^2; a pivot below this fraction of its column
 # (cond above ~1e4) gets a second pass so the basis stays orthonormal to fp32 accuracy
-SECOND_PASS_BELOW = 1e-8
+SECOND_PASS_BELOW = ILL_COLUMN
 
 # E [V, K] fp32 across 8 warps: each warpgroup holds 64 rows (wgmma m64n128)
 ACC = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]))
@@ -271,9 +272,12 @@ def _replace_dependent(b0, b1, b2, r: gl.constexpr, NN: gl.constexpr):
 def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NORM_MIN: gl.constexpr,
                       DROP: gl.constexpr, SECOND: gl.constexpr, FALLBACK: gl.constexpr):
     # The columns of X [N, R] made orthonormal in order (the Q of X = QR, as the reference's
-    # modified Gram-Schmidt gives up to rounding), and whether a column keeps at most DROP of its
-    # squared norm (depends on the earlier ones). FALLBACK: such a column is replaced by e_r made
-    # orthogonal to them; otherwise the caller takes another path.
+    # modified Gram-Schmidt gives up to rounding), and a uniform flag. FALLBACK: a column keeping
+    # at most DROP of its squared norm (dependent on the earlier ones) is replaced by e_r made
+    # orthogonal to them, an ill-conditioned X gets a second pass, and the flag says whether a
+    # column was dependent. Otherwise one pass, and the flag says whether a column kept less
+    # than SECOND of its squared norm (X conditioned beyond ~SECOND^-1/2): the caller takes
+    # another path there.
     q0, q1, q2, q3, dependent, ill = _cholesky_pass(x0, x1, x2, x3, NORM_MIN, DROP, SECOND)
     if FALLBACK and dependent:  # rare: a rank-deficient state or a q0 with repeated columns
         zero = gl.zeros([NN], gl.float32, VEC)
@@ -293,10 +297,13 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
         if _dot(q3, q3) <= DROP * _dot(x3, x3):
             q3 = _replace_dependent(q0, q1, q2, 3, NN)
         q3 = q3 / gl.maximum(gl.sqrt(_dot(q3, q3)).to(gl.float32), NORM_MIN)
-    elif TWICE:
+    elif TWICE and FALLBACK:
         if ill:  # ill-conditioned: a second pass restores orthogonality
             q0, q1, q2, q3, _, _ = _cholesky_pass(q0, q1, q2, q3, NORM_MIN, DROP, SECOND)
-    return q0, q1, q2, q3, dependent
+    if FALLBACK:
+        return q0, q1, q2, q3, dependent
+    else:
+        return q0, q1, q2, q3, ill
 
 
 @gluon.jit
@@ -478,8 +485,9 @@ def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, win_s, ku_s, vec_s, TRANSPOSE: 
 def basis(a0, a1, a2, a3, TWICE: gl.constexpr, NN: gl.constexpr, NORM_MIN: gl.constexpr, DROP: gl.constexpr,
           SECOND: gl.constexpr, FALLBACK: gl.constexpr):
     """SPEC step 3's orthonormal columns of a thin product's columns (VEC), each first scaled by
-    its own power of two (scale-free), and whether a column depended on the earlier ones
-    (FALLBACK: such a column was replaced by a unit direction orthogonal to them)."""
+    its own power of two (scale-free), and a uniform flag: FALLBACK, whether a column depended on
+    the earlier ones (it was replaced by a unit direction orthogonal to them); otherwise whether
+    the columns were ill-conditioned (a pivot below SECOND of its column: the caller's other path)."""
     return _orthonormal_cols(_unit_scale(a0), _unit_scale(a1), _unit_scale(a2), _unit_scale(a3), TWICE, NN,
                              NORM_MIN, DROP, SECOND, FALLBACK)
 
@@ -654,11 +662,12 @@ def _flush_program(
     k2 = _unit_scale(a2)
     k3 = _unit_scale(a3)
     b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, win_s, ku_s, vec_s, False, NV, NL, QM)  # S qk
-    p0, p1, p2, p3, dependent = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, False)  # qv, the token basis
-    if dependent:
-        # rare: S S^T q0 is (nearly) rank-deficient (a rank-deficient state, q0 with repeated
-        # columns, or S qk conditioned beyond ~1e6, where fp32 loses its last columns): the
-        # reference's path, qk orthonormalised first (a dependent column replaced by e_r)
+    p0, p1, p2, p3, ill = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, False)  # qv, the token basis
+    if ill:
+        # rare: S S^T q0 conditioned beyond ~1e4 (a rank-deficient or very coherent state, q0
+        # with repeated columns), where fp32 products no longer hold qv's last columns to the
+        # tokens' precision: the reference's path, qk orthonormalised first (a dependent column
+        # replaced by e_r)
         k0, k1, k2, k3, _ = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND, True)
         b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, win_s, ku_s, vec_s, False, NV, NL, QM)
         p0, p1, p2, p3, _ = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, True)

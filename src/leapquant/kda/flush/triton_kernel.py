@@ -18,9 +18,9 @@ cores as three bf16 parts, in the thin products' corrections (against x or y and
 intermediate A x or KU y, also three parts) and in the residual. Gram-Schmidt is scale-free by a power of two per column (no max|S| is needed).
 qk is S^T q0 with each column scaled by its own power of two, not orthonormalised: the reference's
 qk is S^T q0 R^-1 (R upper triangular with a positive diagonal), and S qk R^-1 has the same QR
-factor Q as S qk, so qv is the reference's in exact arithmetic. Where the qv basis finds a
-dependent column (rank-deficient states, q0 with repeated columns, S S^T q0 conditioned beyond
-~1e6) the program stores nothing and runs again on the reference's path (``ORTHONORMAL_QK``: qk
+factor Q as S qk, so qv is the reference's in exact arithmetic. Where a column of the qv basis
+keeps less than ILL_COLUMN (1e-8) of its squared norm (S S^T q0 conditioned beyond ~1e4:
+rank-deficient or very coherent states, q0 with repeated columns) the program stores nothing and runs again on the reference's path (``ORTHONORMAL_QK``: qk
 orthonormalised first, then qv), so that no register copy of the first run's operands stays live
 through it.
 Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..geometry import H
+from ..geometry import ILL_COLUMN, H
 from ..launch import FLAG_TILE, FLUSH_CONSTANTS, flush_arguments, interpreting, pool_picks, resident_ctas
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the thin operands ride in a 16-column block
@@ -195,12 +195,12 @@ def _project_out(v, b0, b1, b2):
 
 @triton.jit
 def _unit_direction(v, b0, b1, b2, r: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
-                    TWICE: tl.constexpr):
+                    FLAG_BELOW: tl.constexpr, TWICE: tl.constexpr):
     # Column r of Gram-Schmidt: v projected out of b0..b{r-1} (TWICE: classical GS twice where
-    # needed, the reference's MGS2 up to rounding), then unit length, and whether v depended on
-    # the earlier columns (uniform; r > 0): a v left with at most DROP of its squared norm is
-    # replaced by e_r made orthogonal to them.
-    dependent = False
+    # needed, the reference's MGS2 up to rounding), then unit length, and whether v kept less than
+    # FLAG_BELOW of its squared norm (uniform; r > 0). A v left with at most DROP of it depends on
+    # the earlier columns and is replaced by e_r made orthogonal to them.
+    flagged = False
     if r == 0:
         norm2 = tl.sum(v * v, axis=0)
     else:
@@ -214,15 +214,15 @@ def _unit_direction(v, b0, b1, b2, r: tl.constexpr, NORM_MIN: tl.constexpr, DROP
             norm2 = vv - cc
             if norm2 < 0.5 * vv:  # cancellation again: measure directly
                 norm2 = tl.sum(v * v, axis=0)
-        dependent = norm2 <= DROP * v0
-        if dependent:
+        flagged = norm2 < FLAG_BELOW * v0
+        if norm2 <= DROP * v0:
             # a q0 with repeated columns, a rank-deficient state (the reference's normalised
             # rounding noise may come out parallel to b_0): keep R directions
             v = tl.where(tl.arange(0, v.shape[0]) == r, 1.0, 0.0).to(v.dtype)
             v, _, _ = _project_out(v, b0, b1, b2)
             v, _, _ = _project_out(v, b0, b1, b2)
             norm2 = tl.sum(v * v, axis=0)
-    return v / tl.maximum(tl.sqrt_rn(tl.maximum(norm2, 0.0)), NORM_MIN), dependent
+    return v / tl.maximum(tl.sqrt_rn(tl.maximum(norm2, 0.0)), NORM_MIN), flagged
 
 
 @triton.jit
@@ -238,18 +238,20 @@ def _unit_columns(a0, a1, a2, a3):
 
 
 @triton.jit
-def basis(a0, a1, a2, a3, NORM_MIN: tl.constexpr, DROP: tl.constexpr, TWICE: tl.constexpr):
+def basis(a0, a1, a2, a3, NORM_MIN: tl.constexpr, DROP: tl.constexpr, FLAG_BELOW: tl.constexpr,
+          TWICE: tl.constexpr):
     """SPEC step 3's orthonormal columns of a thin product's four columns [N] (``_group_sum``).
     Scale-free: each column is first scaled by its own power of two (``_unit_columns``), which
     Gram-Schmidt does not see and which keeps fp32 norms of tiny columns from underflowing.
-    Returns the four unit columns [N] and whether a column depended on the earlier ones (a
-    uniform scalar; such a column is replaced by e_r made orthogonal to them)."""
+    Returns the four unit columns [N] and whether a column kept less than FLAG_BELOW of its
+    squared norm against the earlier ones (a uniform scalar); a column keeping at most DROP of it
+    is replaced by e_r made orthogonal to them."""
     a0, a1, a2, a3 = _unit_columns(a0, a1, a2, a3)
     zero = tl.zeros_like(a0)
-    b0, _ = _unit_direction(a0, zero, zero, zero, 0, NORM_MIN, DROP, TWICE)
-    b1, d1 = _unit_direction(a1, b0, zero, zero, 1, NORM_MIN, DROP, TWICE)
-    b2, d2 = _unit_direction(a2, b0, b1, zero, 2, NORM_MIN, DROP, TWICE)
-    b3, d3 = _unit_direction(a3, b0, b1, b2, 3, NORM_MIN, DROP, TWICE)
+    b0, _ = _unit_direction(a0, zero, zero, zero, 0, NORM_MIN, DROP, FLAG_BELOW, TWICE)
+    b1, d1 = _unit_direction(a1, b0, zero, zero, 1, NORM_MIN, DROP, FLAG_BELOW, TWICE)
+    b2, d2 = _unit_direction(a2, b0, b1, zero, 2, NORM_MIN, DROP, FLAG_BELOW, TWICE)
+    b3, d3 = _unit_direction(a3, b0, b1, b2, 3, NORM_MIN, DROP, FLAG_BELOW, TWICE)
     return b0, b1, b2, b3, d1 | d2 | d3
 
 
@@ -307,7 +309,8 @@ def _flush_program(
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
     NR: tl.constexpr, RP: tl.constexpr, MR: tl.constexpr,
     QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
-    U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr, ORTHONORMAL_QK: tl.constexpr,
+    U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr, ILL: tl.constexpr,
+    ORTHONORMAL_QK: tl.constexpr,
 ):
     # One (slot, head) flushed. ORTHONORMAL_QK: the reference's path (qk orthonormalised). Without
     # it, where the qv basis finds a dependent column, nothing is stored and the result is True:
@@ -351,7 +354,7 @@ def _flush_program(
     if ORTHONORMAL_QK:
         # the reference's path: qk orthonormal, the second pass where the first cancelled (so that
         # a repeated column is found dependent and replaced by e_r, not kept as rounding noise)
-        k0, k1, k2, k3, _ = basis(a0, a1, a2, a3, NORM_MIN, DROP, True)
+        k0, k1, k2, k3, _ = basis(a0, a1, a2, a3, NORM_MIN, DROP, DROP, True)
     else:
         # qk = S^T q0 with each column scaled by its own power of two, not orthonormalised: the
         # reference's qk is S^T q0 R^-1 (R upper triangular with a positive diagonal), and S qk R^-1
@@ -359,10 +362,11 @@ def _flush_program(
         k0, k1, k2, k3 = _unit_columns(a0, a1, a2, a3)
     b0, b1, b2, b3 = _group_sum(thin_products(cb, _replicate(k0, k1, k2, k3, RP), f, s_v, At, k_hi, k_mid, k_lo, False,
                                               PARTS, RP, UPCAST))  # S qk
-    p0, p1, p2, p3, dependent = basis(b0, b1, b2, b3, NORM_MIN, DROP, True)  # qv, the token basis
-    # rare: S S^T q0 is (nearly) rank-deficient (a rank-deficient state, q0 with repeated columns,
-    # or S qk conditioned beyond ~1e6, where fp32 loses its last columns): left to the reference's path
-    retry = dependent & (not ORTHONORMAL_QK)
+    p0, p1, p2, p3, ill = basis(b0, b1, b2, b3, NORM_MIN, DROP, ILL, True)  # qv, the token basis
+    # rare: S S^T q0 conditioned beyond ~1e4 (a rank-deficient or very coherent state, q0 with
+    # repeated columns), where fp32 products no longer hold qv's last columns to the tokens'
+    # precision: left to the reference's path
+    retry = ill & (not ORTHONORMAL_QK)
     if not retry:
         u0, u1, u2, u3 = _group_sum(thin_products(cb, _replicate(p0, p1, p2, p3, RP), s_v, f, At, k_hi, k_mid, k_lo,
                                                   True, PARTS, RP, UPCAST))  # uk = S^T qv
@@ -407,7 +411,7 @@ def _flush_one(
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
     NR: tl.constexpr, RP: tl.constexpr, MR: tl.constexpr,
     QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
-    U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
+    U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr, ILL: tl.constexpr,
 ):
     # program (slot, head) flushed with qk unit-scaled; the reference's path (qk orthonormalised)
     # only where that run's qv basis found a dependent column (uniform), as a second run, so that
@@ -418,7 +422,7 @@ def _flush_one(
         kbuf, ubuf, gbuf, w, pcum, q0,
         C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
         Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
-        QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, False,
+        QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL, False,
     ):
         _flush_program(
             slot, head,
@@ -426,7 +430,7 @@ def _flush_one(
             kbuf, ubuf, gbuf, w, pcum, q0,
             C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
             Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
-            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, True,
+            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL, True,
         )
 
 
@@ -451,7 +455,7 @@ def _flush_kernel(
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr,
     NR: tl.constexpr, RP: tl.constexpr, MR: tl.constexpr,
     QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
-    U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
+    U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr, ILL: tl.constexpr,
 ):
     if not PERSISTENT:  # one CTA per candidate
         c = tl.program_id(0)
@@ -469,7 +473,7 @@ def _flush_kernel(
             kbuf, ubuf, gbuf, w, pcum, q0,
             C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
             Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
-            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS,
+            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL,
         )
         return
     # Persistent grid (pool mode): every CTA reads all due flags, ranks the due programs in
@@ -504,11 +508,11 @@ def _flush_kernel(
             kbuf, ubuf, gbuf, w, pcum, q0,
             C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
             Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
-            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS,
+            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL,
         )
 
 
-_OWN_CONSTANTS = dict(RP=RANK_PAD, MR=LOW_RANK_ROWS)  # the constants only this kernel takes
+_OWN_CONSTANTS = dict(RP=RANK_PAD, MR=LOW_RANK_ROWS, ILL=ILL_COLUMN)  # the constants only this kernel takes
 _CONSTANTS = dict(**FLUSH_CONSTANTS, **_OWN_CONSTANTS)  # all of its constants (scripts/compile_sm90.py)
 
 
