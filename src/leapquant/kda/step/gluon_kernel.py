@@ -43,9 +43,11 @@ from .tl_common import entry_decay, round_bf16, token_side, write_entry
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4
-# registers a thread may use: 128 lets 4 CTAs (16 warps) share an SM instead of 3 at the 168 the
-# compiler picks unbounded (H200: -11% at B=256); 96 and 80 (5 and 6 CTAs) spill, +37% and +97%
-MAX_REGISTERS = 128
+# registers a thread may use: 96 lets 5 CTAs (20 warps) share an SM; with the codes converted one
+# half at a time it spills one word (8 B) in pool form, none in the functional form (H200: -6.7%
+# at B=256 and 512 against 128, i.e. 4 CTAs; with the whole codes converted at once 96 spilled 34
+# words, +37%; 128 was -11% against the 168 the compiler picks unbounded)
+MAX_REGISTERS = 96
 CODES = gl.constexpr(gl.BlockedLayout([4, 16], [8, 4], [4, 1], [1, 0]))  # [V, K] int8
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))  # [L, N]: a column a thread
 TOK = gl.constexpr(gl.BlockedLayout([4, 1], [1, 32], [1, 4], [0, 1]))  # [R, N]: a column a thread
@@ -169,7 +171,6 @@ def _step_kernel(
                                                      NH, NK, NORM_EPS, SCALE, SP_THRESHOLD, BETA_SMALL)
     async_copy.wait_group(0)
     gl.thread_barrier()
-    cb = codes_s.load(CODES)
     keys = keys_s.load(WIN)
     g_after = gates_s.load(WIN)
     vals = vals_s.load(WIN)
@@ -191,9 +192,27 @@ def _step_kernel(
 
     # the value side: S x = s_v * (C (f * x)) + ubuf^T (projections) + Q^T (U' x), f = s_k pc / 127
     f = s_kr * pc * (1.0 / QM)
-    cf = _codes_fp32(cb)
     fk, fq = _pair_to(f * kn, f * qn, gl.SliceLayout(0, CODES), PAIR_CODE_COLS)
-    ck, cq = _pair_to(gl.sum(cf * fk[None, :], axis=1), gl.sum(cf * fq[None, :], axis=1), COL, PAIR_COL)
+    # the codes in their two in-thread halves of 16 columns a thread (columns c and 64 + c), each
+    # converted and summed before the next, so that one half's fp32 values are live at a time
+    c_lo, c_hi = gl.split(gl.permute(gl.reshape(codes_s.load(CODES), [NV, 2, NK // 2]), (0, 2, 1)))
+    half: gl.constexpr = gl.SliceLayout(0, c_lo.type.layout)
+    fk_lo, fk_hi = gl.split(gl.permute(gl.reshape(fk, [2, NK // 2]), (1, 0)))
+    fq_lo, fq_hi = gl.split(gl.permute(gl.reshape(fq, [2, NK // 2]), (1, 0)))
+    fk_lo = gl.convert_layout(fk_lo, half, assert_trivial=True)
+    fk_hi = gl.convert_layout(fk_hi, half, assert_trivial=True)
+    fq_lo = gl.convert_layout(fq_lo, half, assert_trivial=True)
+    fq_hi = gl.convert_layout(fq_hi, half, assert_trivial=True)
+    # in-thread sums of each half ([V, 4]: a thread's 16 columns), the lanes' sum once at the end
+    cf = _codes_fp32(c_lo)
+    sk = gl.sum(gl.reshape(cf * fk_lo[None, :], [NV, 4, NK // 8]), axis=2)
+    sq = gl.sum(gl.reshape(cf * fq_lo[None, :], [NV, 4, NK // 8]), axis=2)
+    cf = _codes_fp32(c_hi)
+    sk = sk + gl.sum(gl.reshape(cf * fk_hi[None, :], [NV, 4, NK // 8]), axis=2)
+    sq = sq + gl.sum(gl.reshape(cf * fq_hi[None, :], [NV, 4, NK // 8]), axis=2)
+    rows: gl.constexpr = gl.SliceLayout(1, CODES)
+    ck, cq = _pair_to(gl.convert_layout(gl.sum(sk, axis=1), rows, assert_trivial=True),
+                      gl.convert_layout(gl.sum(sq, axis=1), rows, assert_trivial=True), COL, PAIR_COL)
     vl = gl.where(live[:, None], vals.to(gl.float32), 0.0)
     qf = qq.to(gl.float32)
     tk = gl.convert_layout(tk, gl.SliceLayout(1, TOK))
