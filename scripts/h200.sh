@@ -3,7 +3,7 @@
 # of each flush kernel, the decode step against its floor and fla's fp32-state decode, and the
 # decode loop against fla over 16 windows (carry .whl: the fla-core and einops wheels, see README). Full logs under $OUT (./out when unset): the text logs in one file, h200.log, beside the
 # JSON, markdown and figure outputs, so that few files carry everything; a short table last.
-#   [PORTABLE=0] bash scripts/h200.sh [--ncu] [--ncu-step] [--step-variants] [--precision] [--bytes-only] [--kernels-hub]
+#   [PORTABLE=0] [TEST_S=seconds, 0: no tests] bash scripts/h200.sh [--ncu] [--ncu-step] [--step-variants] [--precision] [--bytes-only] [--kernels-hub]
 # --ncu-step: Nsight Compute on the default decode-step kernel at B=256 (ncu_step.txt)
 # --step-variants: Gluon step kernel variants A/B (scripts/experiments/step_variants.py; STEP_VARIANTS: its arguments)
 # --kernels-hub: the Hugging Face `kernels` loading tests and README's snippet (needs `kernels`
@@ -21,9 +21,11 @@ if ls .whl/*.whl > /dev/null 2>&1; then
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 { date -u; nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"; } > "$OUT/env.txt" 2>&1
-timeout ${TEST_S:-220} python3 -m pytest -q -m gpu --durations=8 tests/test_step_gpu.py tests/ > "$OUT/pytest_gpu.log" 2>&1
-echo "gpu tests: $(tail -n 1 "$OUT/pytest_gpu.log")"
-grep -E "^(FAILED|ERROR)" "$OUT/pytest_gpu.log" | head -20
+if [ "${TEST_S:-220}" != 0 ]; then  # TEST_S: the GPU tests' time limit in seconds; 0 leaves them out
+  timeout ${TEST_S:-220} python3 -m pytest -q -m gpu --durations=8 tests/test_step_gpu.py tests/ > "$OUT/pytest_gpu.log" 2>&1
+  echo "gpu tests: $(tail -n 1 "$OUT/pytest_gpu.log")"
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest_gpu.log" | head -20
+fi
 for opt in "$@"; do
   case "$opt" in
     --kernels-hub) python3 -m pytest -q -rs tests/test_kernels_load.py tests/test_kernels_build.py > "$OUT/kernels_hub.log" 2>&1
