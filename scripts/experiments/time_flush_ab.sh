@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# A lean A/B of flush versions (ab/<name>/leapquant, as for ab.sh) when device time is short: each
+# candidate's outputs bit for bit against BASE's (scripts/compare_outputs.py, B=512), then the
+# bench's pool timing (all due, L2-cold) at B=512, the versions interleaved twice, one process each.
+#   bash scripts/experiments/time_flush_ab.sh BASE CANDIDATE [CANDIDATE ...]
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+base=$1
+saved=$(mktemp --suffix=.pt)
+PYTHONPATH=ab/$base python3 scripts/compare_outputs.py save "$saved" --batch-size 512 > "$OUT/cmp_save.log" 2>&1 || { tail -n 5 "$OUT/cmp_save.log"; exit 1; }
+for v in "${@:2}"; do
+  PYTHONPATH=ab/$v python3 scripts/compare_outputs.py compare "$saved" 2>&1 | tee "$OUT/cmp_$v.log" | tail -n 9
+done
+for rep in 1 2; do
+  for v in "$@"; do
+    PYTHONPATH=ab/$v python3 -c "
+from leapquant import bench
+from leapquant.eval import flush_inputs
+print('$v', $rep, 'B=512 all due median ms', round(bench.time_flush(512, 'cuda', flush_inputs.make('random', 1, 'cuda', seed=512)['q0'])['median_ms'], 4), flush=True)
+" 2>&1 | grep -v -i warn | tee -a "$OUT/times.log"
+  done
+done
