@@ -313,8 +313,9 @@ def _flush_program(
     ORTHONORMAL_QK: tl.constexpr,
 ):
     # One (slot, head) flushed. ORTHONORMAL_QK: the reference's path (qk orthonormalised). Without
-    # it, where the qv basis finds a dependent column, nothing is stored and the result is True:
-    # the caller runs the program again with ORTHONORMAL_QK.
+    # it, where the qv basis is ill-conditioned (a column keeps less than ILL of its squared norm),
+    # nothing is stored and the result is True: the caller runs the program again with
+    # ORTHONORMAL_QK.
     tl.static_assert((NL % NR == 0) & (NL + 2 * NR <= MR))
     prog = slot * NH + head
     v = tl.arange(0, NV)
@@ -414,7 +415,7 @@ def _flush_one(
     U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr, ILL: tl.constexpr,
 ):
     # program (slot, head) flushed with qk unit-scaled; the reference's path (qk orthonormalised)
-    # only where that run's qv basis found a dependent column (uniform), as a second run, so that
+    # only where that run's qv basis was ill-conditioned (uniform), as a second run, so that
     # no register copy of the first run's operands stays live through it
     if _flush_program(
         slot, head,
