@@ -64,8 +64,8 @@ assert CTAS_PER_SM <= MOST_CTAS_PER_SM  # the pool's pick scratch is sized for M
 THIN = gl.constexpr(16)  # thin products' columns: a [N, R] operand's hi, lo and mid parts and R zeros
 LOW_RANK = gl.constexpr(32)  # rows of the low-rank tiles A and KU
 # Cholesky QR keeps |Q^T Q - I| ~ eps64 cond^2; a pivot below this fraction of its column
-# (cond above ~1e4) sends the unit-scaled qk path to the reference's path, whose bases get a
-# second pass there so that they stay orthonormal to fp32 accuracy
+# (cond above ~1e4) sends the unit-scaled qk path to the reference's path, whose qv basis gets a
+# second pass there so that it stays orthonormal to fp32 accuracy (its qk basis takes one)
 SECOND_PASS_BELOW = ILL_COLUMN
 
 # E [V, K] fp32 across 8 warps: each warpgroup holds 64 rows (wgmma m64n128)
