@@ -18,7 +18,8 @@ that the sums cost few shuffles and few shared-memory rounds:
   form);
 - the codes and the window (28 KB of a program's 34.9) are copied into shared memory (cp.async,
   16 bytes a thread) while the small loads and the token's phase run, so no registers wait on
-  them; the register cap (128) lets 4 CTAs share an SM.
+  them; the codes are converted one in-thread half at a time, so that the register cap (96) lets
+  5 CTAs share an SM.
 
 Measured on the H200 (BENCHMARKS.md, 2026-12-02): 1.42x the step's memory floor at B=256, 1.36x
 at B=512 before the pairs, which took 1.4% off at B=512; the kernel is bound by its per-program
