@@ -21,10 +21,10 @@ that the sums cost few shuffles and few shared-memory rounds:
   them; the codes are converted one in-thread half at a time, so that the register cap (96) lets
   5 CTAs share an SM.
 
-Measured on the H200 (BENCHMARKS.md, 2026-12-02): 1.42x the step's memory floor at B=256, 1.36x
-at B=512 before the pairs, which took 1.4% off at B=512; the kernel is bound by its per-program
-chain (ncu: DRAM at 61%, 0.62 warp instructions issued a cycle a scheduler), not by bandwidth.
-NOTES.md lists what was tried.
+Measured on the H200 (BENCHMARKS.md, 2026-12-02, sixth session): 1.32x the step's memory floor at
+B=256, 1.24x at B=512 (the pairs took 1.4% off at B=512, the halves and the cap of 96 6.7%); the
+kernel is bound by the instructions it issues (ncu at B=256: DRAM at 65%, no eligible warp in 34%
+of a scheduler's cycles), not by bandwidth. NOTES.md lists what was tried.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
