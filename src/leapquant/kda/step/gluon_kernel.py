@@ -45,9 +45,10 @@ from .tl_common import entry_decay, round_bf16, token_side, write_entry
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4
 # registers a thread may use: 96 lets 5 CTAs (20 warps) share an SM; with the codes converted one
-# half at a time it spills one word (8 B) in pool form, none in the functional form (H200: -6.7%
-# at B=256 and 512 against 128, i.e. 4 CTAs; with the whole codes converted at once 96 spilled 34
-# words, +37%; 128 was -11% against the 168 the compiler picks unbounded)
+# half at a time it spills one value (8 B of stack, 1 spill store and load) in pool form, none in
+# the functional form (H200: -6.7% at B=256 and 512 against 128, i.e. 4 CTAs; with the whole codes
+# converted at once 96 spilled 144 B, 34 spill stores and loads, +37%; 128 was -11% against the
+# 168 the compiler picks unbounded)
 MAX_REGISTERS = 96
 CODES = gl.constexpr(gl.BlockedLayout([4, 16], [8, 4], [4, 1], [1, 0]))  # [V, K] int8
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))  # [L, N]: a column a thread
