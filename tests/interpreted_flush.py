@@ -27,6 +27,7 @@ out["functional"] = {fam: flush_checks.functional(fam, 1, "cpu") for fam in inpu
 flush_mod.SUBSPACE_SPLIT = 2  # two bf16 parts of the thin operands (three by default)
 out["functional_split2"] = {fam: flush_checks.functional(fam, 1, "cpu") for fam in TAIL_FAMILIES}
 flush_mod.SUBSPACE_SPLIT = 3
+out["zero_q0_column"] = flush_checks.zero_q0_column(flush_checks.launched, "cpu")
 for persistent in (False, True):  # one CTA per candidate, or resident CTAs scanning flags
     flush_mod.PERSISTENT_POOL = persistent
     pool, idx, due = flush_checks.due_pool("cpu")

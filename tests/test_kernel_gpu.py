@@ -206,6 +206,13 @@ def test_kernel_with_repeated_q0_columns():
     assert float(res["err"].sum()) <= 1.1 * float(res["err_ref"].sum())
 
 
+def test_kernel_with_a_zero_q0_column():
+    # the zero column must be flagged (0 <= 0) and take the reference's path: four real tokens
+    # (a kernel that missed it kept a zero token (Gluon) or qv's e_2 (portable): 1.0117 at B=4)
+    v = flush_checks.zero_q0_column(run, "cuda", B=4)
+    assert v["well_formed"] and v["four_tokens"] and v["batch_head"] <= flush_checks.ZERO_Q0_BOUND, v
+
+
 def test_reference_path_in_place_matches_functional(kernel):
     # q0 with a repeated column: every program's qv basis finds a dependent column and takes the
     # reference's path; in place it must equal the functional kernel bit for bit, window reset

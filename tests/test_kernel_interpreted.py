@@ -32,6 +32,15 @@ def test_interpreted_kernel_two_part_thin_operands(verdicts, family):
 
 
 @pytest.mark.interpreter
+def test_interpreted_kernel_zero_q0_column(verdicts):
+    # a zero q0 column must be flagged (0 <= 0) and take the reference's path: four real tokens
+    from flush_checks import ZERO_Q0_BOUND
+
+    v = verdicts["zero_q0_column"]
+    assert v["well_formed"] and v["four_tokens"] and v["batch_head"] <= ZERO_Q0_BOUND, v
+
+
+@pytest.mark.interpreter
 @pytest.mark.parametrize("grid", ["pool", "pool_persistent", "pool_persistent_tiles"])
 def test_interpreted_kernel_pool_mode(verdicts, grid):
     v = verdicts[grid]

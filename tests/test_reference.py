@@ -128,6 +128,16 @@ def test_repeated_q0_columns_keep_four_tokens():
     assert float(got[4][..., 2, :].float().abs().amax()) > 0  # a real 4th token, not a zero one
 
 
+def test_zero_q0_column_keeps_four_tokens():
+    # q0[:, 2] = 0: the product path replaces the zero column by a real direction (e_2, as for a
+    # repeated column), so it beats the fp32 reference, whose third token is exactly zero
+    from flush_checks import ZERO_Q0_BOUND, zero_q0_column
+    from leapquant.kda.flush.naive import flush_cpu
+
+    v = zero_q0_column(flush_cpu, "cpu")
+    assert v["well_formed"] and v["four_tokens"] and v["batch_head"] <= ZERO_Q0_BOUND, v
+
+
 def test_vanishing_state_stays_finite_and_close():
     # |S| ~ 1e-21 (old state decayed by exp(-50), no new entries): fp32 Gram-Schmidt norms of
     # such states underflow unless scaled; the product path stays finite within int8 error.

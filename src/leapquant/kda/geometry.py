@@ -16,8 +16,9 @@ NORM_FLOOR = 1e-30  # Gram-Schmidt divides by max(norm, NORM_FLOOR)
 # Product-path departures from the reference (naive.flush_cpu and the kernel):
 DEPENDENT_COLUMN = 2.0**-40  # a GS column keeping less of its squared norm is replaced by e_r
 TOKEN_LIMIT = 2.0**14  # max|u_r| above this moves powers of two from u_r to q_r (fp16 max 65504)
-# a basis column keeping less than this of its squared norm (columns conditioned beyond ~1e4): the
-# Gluon kernel's Cholesky QR takes a second pass; on the unit-scaled qk path, the reference's path
+# a basis column keeping less than this of its squared norm (columns conditioned beyond ~1e4), or a
+# dependent one (a zero column keeps 0 of 0): the Gluon kernel's Cholesky QR takes a second pass;
+# on the unit-scaled qk path, the reference's path
 ILL_COLUMN = 1e-8
 
 # Pool layout (SPEC section 7), in fp32 words unless the name says bytes.

@@ -187,8 +187,8 @@ def _unit_direction(v, cols, r: int, twice: bool, flag_below: float):
         n2 = torch.where(n2 < 0.5 * vv2, (v2 * v2).sum(-1, keepdim=True), n2)
         again = norm2 < 0.5 * v0
         v, norm2 = torch.where(again, v2, v), torch.where(again, n2, norm2)
-    flagged = norm2 < flag_below * v0
     dependent = norm2 <= DEPENDENT_COLUMN * v0
+    flagged = (norm2 < flag_below * v0) | dependent  # a zero column (0 <= 0) is dependent too
     e_r = torch.zeros_like(v)
     e_r[..., r] = 1
     e_r = _project_out(_project_out(e_r, cols)[0], cols)[0]

@@ -254,9 +254,10 @@ def _cholesky_pass(x0, x1, x2, x3, NORM_MIN: gl.constexpr, DROP: gl.constexpr, S
     y1 = (x1.to(gl.float64) - r01 * y0) * i11
     y2 = (x2.to(gl.float64) - r02 * y0 - r12 * y1) * i22
     y3 = (x3.to(gl.float64) - r03 * y0 - r13 * y1 - r23 * y2) * i33
-    # uniform flags: a column kept at most DROP (dependent) or less than SECOND of its norm
+    # uniform flags: a column kept at most DROP (dependent) or less than SECOND of its norm (ill:
+    # dependent ones too, a zero column's 0 <= 0 included)
     dependent = (d1 <= DROP * g11) | (d2 <= DROP * g22) | (d3 <= DROP * g33)
-    ill = (d1 < SECOND * g11) | (d2 < SECOND * g22) | (d3 < SECOND * g33)
+    ill = dependent | (d1 < SECOND * g11) | (d2 < SECOND * g22) | (d3 < SECOND * g33)
     return y0.to(gl.float32), y1.to(gl.float32), y2.to(gl.float32), y3.to(gl.float32), dependent, ill
 
 
