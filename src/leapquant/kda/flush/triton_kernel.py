@@ -15,13 +15,15 @@ part c // 4 of column c % 4), so the products are exact and the accumulation fp3
 tile is 32 rows: A = [ubuf (16); q_hi (4); q_lo (4); 0] [32, V], exact in bf16, and KU = [w_j
 kbuf_j D_j (16); U' (4); U' (4); 0] [32, K] fp32 with U' = u exp(pcum). KU meets the tensor
 cores as three bf16 parts, in the thin products' corrections (against x or y and the
-intermediate A x or KU y, also three parts) and in the residual. Gram-Schmidt is scale-free by a power of two per column (no max|S| is needed).
+intermediate A x or KU y, also three parts) and in the residual. Gram-Schmidt is scale-free by
+a power of two per column (no max|S| is needed).
 qk is S^T q0 with each column scaled by its own power of two, not orthonormalised: the reference's
 qk is S^T q0 R^-1 (R upper triangular with a positive diagonal), and S qk R^-1 has the same QR
 factor Q as S qk, so qv is the reference's in exact arithmetic. Where a column of the qv basis
-keeps less than ILL_COLUMN (1e-8) of its squared norm (S S^T q0 conditioned beyond ~1e4:
-rank-deficient or very coherent states, q0 with repeated columns) the program stores nothing and runs again on the reference's path (``ORTHONORMAL_QK``: qk
-orthonormalised first, then qv), so that no register copy of the first run's operands stays live
+keeps less than ILL_COLUMN (1e-8) of its squared norm, or none of it (S S^T q0 conditioned
+beyond ~1e4: rank-deficient or very coherent states, q0 with repeated or zero columns) the program
+stores nothing and runs again on the reference's path (``ORTHONORMAL_QK``: qk orthonormalised
+first, then qv), so that no register copy of the first run's operands stays live
 through it.
 Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
 """
