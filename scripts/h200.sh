@@ -3,7 +3,7 @@
 # of each flush kernel, the decode step against its floor and fla's fp32-state decode, and the
 # decode loop against fla over 16 windows (carry .whl: the fla-core and einops wheels, see README). Full logs under $OUT (./out when unset): the text logs in one file, h200.log, beside the
 # JSON, markdown and figure outputs, so that few files carry everything; a short table last.
-#   [PORTABLE=0] [TEST_S=seconds, 0: no tests] bash scripts/h200.sh [--ncu] [--ncu-step] [--step-variants] [--precision] [--bytes-only] [--kernels-hub]
+#   [PORTABLE=0] [TEST_S=seconds, 0: no tests] [LOOP_S=seconds] [BENCH_S=seconds] bash scripts/h200.sh [--ncu] [--ncu-step] [--step-variants] [--precision] [--bytes-only] [--kernels-hub]
 # --ncu-step: Nsight Compute on the default decode-step kernel at B=256 (ncu_step.txt)
 # --step-variants: Gluon step kernel variants A/B (scripts/experiments/step_variants.py; STEP_VARIANTS: its arguments)
 # --kernels-hub: the Hugging Face `kernels` loading tests and README's snippet (needs `kernels`

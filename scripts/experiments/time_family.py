@@ -9,6 +9,8 @@ from leapquant import bench
 from leapquant.eval import flush_inputs as inputs
 from leapquant.kda import run
 
+if len(sys.argv) < 3:
+    sys.exit("usage: python scripts/experiments/time_family.py B FAMILY [FAMILY ...]")
 B = int(sys.argv[1])
 for family in sys.argv[2:]:
     args = inputs.make(family, B, "cuda", seed=3)

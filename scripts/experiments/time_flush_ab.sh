@@ -7,8 +7,13 @@ set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
+[ $# -ge 2 ] || { echo "usage: bash scripts/experiments/time_flush_ab.sh BASE CANDIDATE [CANDIDATE ...]"; exit 2; }
+for v in "$@"; do
+  [ -d "ab/$v/leapquant" ] || { echo "no package at ab/$v/leapquant"; exit 1; }
+done
 base=$1
 saved=$(mktemp --suffix=.pt)
+trap 'rm -f "$saved"' EXIT
 PYTHONPATH=ab/$base python3 scripts/compare_outputs.py save "$saved" --batch-size 512 > "$OUT/cmp_save.log" 2>&1 || { tail -n 5 "$OUT/cmp_save.log"; exit 1; }
 for v in "${@:2}"; do
   PYTHONPATH=ab/$v python3 scripts/compare_outputs.py compare "$saved" 2>&1 | tee "$OUT/cmp_$v.log" | tail -n 9
