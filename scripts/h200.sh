@@ -23,8 +23,8 @@ fi
 { date -u; nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"; } > "$OUT/env.txt" 2>&1
 # TEST_S: the GPU tests' time limit in seconds (0 leaves them out). The suite takes ~330 s on the
 # H200 (step tests 155 s and flush tests 176 s, measured apart): a call with the tests fits its
-# 10 minutes with PORTABLE=0 and without --precision (~8 minutes expected; the limits themselves
-# add up to more, so a hung step is cut by its own limit, not by the call's)
+# 10 minutes with PORTABLE=0 and without --precision (~8 minutes expected). The per-step limits
+# guard against a hung step; together they add up to more than 10 minutes
 if [ "${TEST_S:-400}" != 0 ]; then
   timeout ${TEST_S:-400} python3 -m pytest -q -m gpu --durations=8 tests/test_step_gpu.py tests/ > "$OUT/pytest_gpu.log" 2>&1
   echo "gpu tests: $(tail -n 1 "$OUT/pytest_gpu.log")"
