@@ -208,8 +208,9 @@ def test_kernel_with_repeated_q0_columns():
 
 def test_kernel_with_a_zero_q0_column():
     # the zero column must be flagged (0 <= 0) and take the reference's path: four real tokens
-    # (a kernel that missed it kept a zero token (Gluon) or qv's e_2 (portable): 1.0117 at B=4)
-    v = flush_checks.zero_q0_column(run, "cuda", B=4)
+    # (a kernel that missed it kept a zero token (Gluon) or qv's e_2 (portable, emulation: 1.0039
+    # at B=2, 0.931 on the reference's path)
+    v = flush_checks.zero_q0_column(run, "cuda", B=2)
     assert v["well_formed"] and v["four_tokens"] and v["batch_head"] <= flush_checks.ZERO_Q0_BOUND, v
 
 
