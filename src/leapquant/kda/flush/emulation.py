@@ -213,7 +213,8 @@ def basis(a: torch.Tensor, twice: bool = True,
     columns do not underflow), then classical Gram-Schmidt (``twice``: a second pass where the
     first cancelled), dependent columns replaced by e_r. Returns ``(q [..., N, R], flagged
     [...])``: whether a column of ``a`` kept less than ``flag_below`` of its squared norm against
-    the earlier ones (bool, per leading index; by default: whether one was dependent)."""
+    the earlier ones, or was dependent (a zero column keeps 0 of 0; bool, per leading index; by
+    default: whether one was dependent)."""
     a = _unit_columns(a)
     cols, flagged = [], torch.zeros(a.shape[:-2], dtype=torch.bool, device=a.device)
     for r in range(a.shape[-1]):
