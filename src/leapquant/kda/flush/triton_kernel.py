@@ -216,8 +216,9 @@ def _unit_direction(v, b0, b1, b2, r: tl.constexpr, NORM_MIN: tl.constexpr, DROP
             norm2 = vv - cc
             if norm2 < 0.5 * vv:  # cancellation again: measure directly
                 norm2 = tl.sum(v * v, axis=0)
-        flagged = (norm2 < FLAG_BELOW * v0) | (norm2 <= DROP * v0)  # a zero column (0 <= 0) is dependent too
-        if norm2 <= DROP * v0:
+        dependent = norm2 <= DROP * v0  # a zero column too (0 <= 0)
+        flagged = (norm2 < FLAG_BELOW * v0) | dependent
+        if dependent:
             # a q0 with repeated columns, a rank-deficient state (the reference's normalised
             # rounding noise may come out parallel to b_0): keep R directions
             v = tl.where(tl.arange(0, v.shape[0]) == r, 1.0, 0.0).to(v.dtype)
