@@ -34,7 +34,7 @@ def functional(family: str, B: int, device, seed: int = 11) -> dict:
 
 
 # a flush from a q0 with an all-zero column against the fp32 reference (whose third token is then
-# noise): 0.93 / 0.92 measured (random family, B=1, seeds 0 / 11) on the reference's path; 1.0015 /
+# exactly zero): 0.93 / 0.92 measured (random family, B=1, seeds 0 / 11) on the reference's path; 1.0015 /
 # 1.006 when the zero column was not flagged (its qv column e_2, no direction of S)
 ZERO_Q0_BOUND = 0.98
 

@@ -269,10 +269,10 @@ def flush_emulated(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, parts: 
     the same Q up to rounding. The state S is never formed before E.
 
     As both kernels: qk = S^T q0 with unit-scaled columns (``_unit_columns``), and where the qv
-    basis finds a column keeping less than ``ILL_COLUMN`` of its squared norm (S S^T q0
-    conditioned beyond ~1e4: rank-deficient or very coherent states, q0 with repeated columns)
-    the reference's path for that (batch, head): qk orthonormalised
-    first (dependent columns -> e_r), then qv. ``orthonormal_qk``: the reference's path
+    basis finds a column keeping less than ``ILL_COLUMN`` of its squared norm, or none of it (S
+    S^T q0 conditioned beyond ~1e4: rank-deficient or very coherent states, q0 with repeated or
+    zero columns) the reference's path for that (batch, head): qk orthonormalised first
+    (dependent columns -> e_r), then qv. ``orthonormal_qk``: the reference's path
     everywhere (what the kernels' path equals in exact arithmetic)."""
     with torch.no_grad():
         C = codes.to(F32)

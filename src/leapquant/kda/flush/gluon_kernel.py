@@ -27,10 +27,10 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
   change under an upper-triangular change of basis). qv by Cholesky QR with the 4 x 4 Gram matrix
   summed in fp64 (one reduction a pass, a second pass when ill-conditioned), each column first
   scaled by its own power of two (scale-free: no max|S|). Where a column keeps less than
-  ILL_COLUMN (1e-8) of its squared norm (S S^T q0 conditioned beyond ~1e4: rank-deficient or very
-  coherent states, q0 with repeated columns) the
-  program takes the reference's path: qk orthonormalised, S qk again, qv with a Gram-Schmidt
-  fallback for dependent columns.
+  ILL_COLUMN (1e-8) of its squared norm, or none of it (S S^T q0 conditioned beyond ~1e4:
+  rank-deficient or very coherent states, q0 with repeated or zero columns) the program takes
+  the reference's path: qk orthonormalised, S qk again, qv with a Gram-Schmidt fallback for
+  dependent columns.
 - E is formed once, after the iteration, in the wgmma accumulator of two warpgroups; nothing the
   size of S is live during the iteration.
 - The next program's inputs are copied (cp.async) into a staging area while this one computes.
