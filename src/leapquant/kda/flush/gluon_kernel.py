@@ -110,6 +110,12 @@ WORDS = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))  # [N] fp32 (and the
 COLUMN_PARTIALS = gl.constexpr(gl.DistributedLinearLayout(
     reg_bases=[[1, 0], [2, 0], [4, 0], [16, 0], [32, 0]], lane_bases=[[8, 0], [0, 1], [0, 2], [0, 4], [0, 8]],
     warp_bases=[[0, 16], [0, 32], [0, 64]], block_bases=[], shape=[64, 128]))
+# a thin operand's [R, N] columns, two values a thread: column r = warp % 4, elements 4 lane +
+# 2 (warp // 4) + {0, 1}: what VEC holds in the same thread's registers, so each value is split
+# once in the CTA (not in the four warps that store one of its parts)
+SPLIT_COLS = gl.constexpr(gl.DistributedLinearLayout(
+    reg_bases=[[0, 1]], lane_bases=[[0, 4], [0, 8], [0, 16], [0, 32], [0, 64]], warp_bases=[[1, 0], [2, 0], [0, 2]],
+    block_bases=[], shape=[4, 128]))
 OPERAND = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
 OPERAND_B = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=16, rank=2))  # [32, THIN]
 # the per-program vectors in shared memory (vec_s: four [N] fp32 buffers), by position
@@ -354,12 +360,14 @@ def _codes_bf16(c):
 
 
 @gluon.jit
-def _store_parts(dst, c0, c1, c2, c3, LAYOUT: gl.constexpr):
+def _store_parts(dst, c0, c1, c2, c3):
     # dst [THIN, M] <- rows (hi^T; lo^T; mid^T; 0) of the [M, R] operand whose columns are c0..c3
-    # (in SliceLayout(0, LAYOUT)): each thread splits and stores only its own elements
-    g = gl.arange(0, THIN, layout=gl.SliceLayout(1, LAYOUT))[:, None]
-    hi, mid, lo = _split3_bf16(_select_rows(g % 4, c0, c1, c2, c3))
-    dst.store(gl.where(g < 4, hi, gl.where(g < 8, lo, gl.where(g < 12, mid, 0.0))))
+    # (VEC, held whole by every warp): each value split once in the CTA, each thread splitting
+    # the two of SPLIT_COLS' that it picks from its own registers (no data moves)
+    cols = gl.reshape(gl.permute(gl.join(gl.join(c0, c1), gl.join(c2, c3)), (0, 2, 1)), [c0.shape[0], 4])  # [n, r]
+    hi, mid, lo = _split3_bf16(gl.convert_layout(gl.permute(cols, (1, 0)), SPLIT_COLS))
+    parts = gl.join(gl.join(hi, lo), gl.join(mid, gl.zeros_like(hi)))  # [r, n, j, i]: part 2 i + j
+    dst.store(gl.reshape(gl.permute(parts, (3, 2, 0, 1)), [THIN, c0.shape[0]]))  # row 4 (2 i + j) + r
 
 
 @gluon.jit
@@ -459,7 +467,7 @@ def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, win_s, ku_s, vec_s, TRANSPOSE: 
         decay_t = gl.where(m >= NL, vec_s[DECAY_ROW].load(gl.SliceLayout(0, DOT_ROWS))[None, :], 1.0)
         rows = (ku_s.slice(0, LOW_RANK).load(DOT_ROWS).to(gl.float32) +
                 ku_s.slice(LOW_RANK, LOW_RANK).load(DOT_ROWS).to(gl.float32)) * decay_t  # KU'
-    _store_parts(x_s, inner * x0, inner * x1, inner * x2, inner * x3, STACK16)
+    _store_parts(x_s, inner * x0, inner * x1, inner * x2, inner * x3)
     _store_low_rank_dots(b_s, rows, x0, x1, x2, x3)
     fence_async_shared()
     gl.thread_barrier()
