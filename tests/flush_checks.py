@@ -52,6 +52,12 @@ def zero_q0_column(flush, device, B: int = 1, seed: int = 0) -> dict:
             "four_tokens": bool((got[4].float().abs().amax(-1) > 0).all())}
 
 
+def assert_zero_q0_column_kept(v: dict) -> None:
+    """The verdict of ``zero_q0_column``: well formed, four nonzero tokens on every head, and the
+    worst every-(batch, head) ratio at most ``ZERO_Q0_BOUND``."""
+    assert v["well_formed"] and v["four_tokens"] and v["batch_head"] <= ZERO_Q0_BOUND, v
+
+
 def repeated_q0_errors(flush, B: int = 2) -> tuple[float, float, float, dict, tuple]:
     """``flush(**x)`` on the structured family (seed 4) from its q0 and from the same q0 with its
     third column replaced by its first. Returns ``(repeated, independent, three_tokens, x,
