@@ -529,9 +529,6 @@ def scales_and_codes(e, NV: gl.constexpr, QM: gl.constexpr, SCALE_MIN: gl.conste
     """SPEC steps 5-6 on E [V, K] (ACC): (codes int8 in BYTES, s_k [K], s_v [V])."""
     # per column once (in the two lanes that hold its sum), not in the 64 threads that hold a
     # column of E; the fast sqrt is within 1 ulp, and the codes use the stored scales.
-    # (The measured build has this barrier, from a version that exchanged through the codes'
-    # buffer; the exchanges now use convert_layout's own scratch. Not re-measured without it.)
-    gl.thread_barrier()
     mean_k = _column_sums(gl.abs(e), NV) * (1.0 / NV)
     s_k = gl.maximum(gl.sqrt(mean_k), SCALE_MIN)
     inv_k = gl.convert_layout(gl.minimum(gl.rsqrt(mean_k), 1.0 / SCALE_MIN), COLS)  # no divisions
