@@ -13,7 +13,8 @@ from leapquant.kda import kernel
 
 flush_gluon = pytest.importorskip("leapquant.kda.flush.gluon_kernel")
 pytestmark = pytest.mark.skipif(triton.__version__ not in flush_gluon.VERIFIED_TRITON,
-                                reason=f"Gluon kernel verified with triton {flush_gluon.VERIFIED_TRITON}")
+                                reason=f"Gluon kernel verified with triton {' or '.join(flush_gluon.VERIFIED_TRITON)}, "
+                                       f"this is {triton.__version__}: pip install -e '.[dev]'")
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
 
