@@ -1,7 +1,12 @@
 """Compile a flush kernel for sm_90a without a GPU (Triton's bundled ptxas) and report
 registers, spills and shared memory; optionally dump TTGIR/PTX/SASS to a folder.
 
-    python scripts/compile_sm90.py [--gluon | --step] [--num-warps 8] [--in-place] [--dump DIR]
+    python scripts/compile_sm90.py [--gluon | --step] [--num-warps 8] [--in-place] [--dump DIR] [--barriers]
+
+--barriers also lists the kernel's barriers (BAR) by the source line they belong to (nvdisasm's
+line table): the explicit ones and those Triton adds for layout changes, cross-warp reductions
+and shared-memory hazards (its analysis works on whole buffers, so a second store into another
+slice of a buffer just written gets one).
 
 --gluon compiles the Gluon kernel (needs a triton in flush_gluon.VERIFIED_TRITON, e.g. the
 `dev` extra's triton 3.6.0); without it, the portable Triton kernel.
@@ -149,6 +154,31 @@ def resource_usage(cubin: bytes) -> str:
     return f"{line[0] if line else res}\nSASS instructions {len(ops)}: " + " ".join(f"{k}={v}" for k, v in mix.items())
 
 
+def barriers_by_line(cubin: bytes) -> list:
+    """[(count, "file:line", source text)] of the BAR instructions of a cubin, by source line
+    (static counts: a line in a loop or a helper called from several places counts once per copy)."""
+    import collections
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ncu_lines", os.path.join(os.path.dirname(__file__), "ncu_lines.py"))
+    lines = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lines)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([nvidia_tool("nvdisasm"), "-g", "-c", f.name], capture_output=True, text=True).stdout
+    counts = collections.Counter(where for where, op in lines.line_table(text).values() if op and op.startswith("BAR"))
+    out = []
+    for where, n in sorted(counts.items(), key=lambda x: (str(x[0][0]), x[0][1]) if x[0] else ("", 0)):
+        path, line = where if where else ("?", 0)
+        try:
+            source = open(path).read().splitlines()[line - 1].strip() if os.path.exists(path) else ""
+        except IndexError:
+            source = ""
+        out.append((n, f"{os.path.basename(path)}:{line}", source))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--num-warps", type=int, default=flush.NUM_WARPS)
@@ -156,6 +186,7 @@ def main():
     ap.add_argument("--dump", default=None)
     ap.add_argument("--gluon", action="store_true", help="the Gluon kernel instead of the portable one")
     ap.add_argument("--step", action="store_true", help="a decode-step kernel instead of a flush kernel (with --gluon: the Gluon one)")
+    ap.add_argument("--barriers", action="store_true", help="also list the barriers by source line")
     args = ap.parse_args()
     if args.gluon:
         require_verified_gluon()
@@ -165,6 +196,9 @@ def main():
         k = compile_gluon(args.in_place) if args.gluon else compile_kernel(args.num_warps, args.in_place)
     print(f"num_warps={k.metadata.num_warps} shared={k.metadata.shared} bytes")
     print(resource_usage(k.asm["cubin"]))
+    if args.barriers:
+        for n, where, source in barriers_by_line(k.asm["cubin"]):
+            print(f"{n:3d} BAR  {where:28s} {source[:90]}")
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
         for ext, text in k.asm.items():

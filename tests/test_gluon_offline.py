@@ -72,3 +72,14 @@ def test_gluon_step_compiles_for_sm90a_within_its_register_cap(in_place):
     # loads when the codes were converted whole)
     assert int(usage["REG"]) <= step_gluon.MAX_REGISTERS <= 96 and int(usage["STACK"]) <= 8
     assert 5 * (k.metadata.shared + 1024) <= 228 * 1024  # and the shared memory for 5 of them
+
+
+def test_barrier_census_covers_every_barrier_of_the_step():
+    # scripts/compile_sm90.py --barriers: every BAR of the kernel attributed to a source line,
+    # the step kernel's explicit thread_barrier among them
+    c = _compile_sm90()
+    k = c.compile_step(True, gluon=True)
+    census = c.barriers_by_line(k.asm["cubin"])
+    total = int(c.resource_usage(k.asm["cubin"]).split("BAR=")[1].split()[0])
+    assert total > 0 and sum(n for n, _, _ in census) == total
+    assert any(where.startswith("gluon_kernel.py:") and "thread_barrier" in source for _, where, source in census)
