@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# A lean A/B of flush versions (ab/<name>/leapquant, as for ab.sh) when device time is short: each
-# candidate's outputs bit for bit against BASE's (scripts/compare_outputs.py, B=512), then the
-# bench's pool timing (all due, L2-cold) at B=512, the versions interleaved twice, one process each.
-#   bash scripts/experiments/time_flush_ab.sh BASE CANDIDATE [CANDIDATE ...]
+# A lean A/B of flush versions (ab/<name>/leapquant, as for ab.sh; scripts/experiments/make_ab.sh
+# builds them from patches) when device time is short: each candidate's outputs bit for bit
+# against BASE's (scripts/compare_outputs.py, B=512), then the bench's pool timing (all due,
+# L2-cold) at B=512, the versions interleaved twice, one process each. STEP=1: the decode step's
+# pool timing too (bench.time_step at B=64, 256 and 512; the step's outputs are not compared).
+#   [STEP=1] bash scripts/experiments/time_flush_ab.sh BASE CANDIDATE [CANDIDATE ...]
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
@@ -24,6 +26,9 @@ for rep in 1 2; do
 from leapquant import bench
 from leapquant.eval import flush_inputs
 print('$v', $rep, 'B=512 all due median ms', round(bench.time_flush(512, 'cuda', flush_inputs.make('random', 1, 'cuda', seed=512)['q0'])['median_ms'], 4), flush=True)
+if ${STEP:-0}:
+    for B in (64, 256, 512):
+        print('$v', $rep, f'step B={B} median ms', round(bench.time_step(B, 'cuda')['median_ms'], 4), flush=True)
 " 2>&1 | grep -v -i warn | tee -a "$OUT/times.log"
   done
 done
