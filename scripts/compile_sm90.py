@@ -167,16 +167,12 @@ def barriers_by_line(cubin: bytes) -> list:
         f.write(cubin)
         f.flush()
         text = subprocess.run([nvidia_tool("nvdisasm"), "-g", "-c", f.name], capture_output=True, text=True).stdout
-    counts = collections.Counter(where for where, op in lines.line_table(text).values() if op and op.startswith("BAR"))
-    out = []
-    for where, n in sorted(counts.items(), key=lambda x: (str(x[0][0]), x[0][1]) if x[0] else ("", 0)):
-        path, line = where if where else ("?", 0)
-        try:
-            source = open(path).read().splitlines()[line - 1].strip() if os.path.exists(path) else ""
-        except IndexError:
-            source = ""
-        out.append((n, f"{os.path.basename(path)}:{line}", source))
-    return out
+    counts = collections.Counter(where or ("?", 0) for where, op in lines.line_table(text).values()
+                                 if op and op.startswith("BAR"))
+    sources = {path: open(path).read().splitlines() if os.path.exists(path) else [] for path, _ in counts}
+    return [(n, f"{os.path.basename(path)}:{line}",
+             sources[path][line - 1].strip() if 0 < line <= len(sources[path]) else "")
+            for (path, line), n in sorted(counts.items())]
 
 
 def main():
