@@ -138,7 +138,8 @@ def _appended(w: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     return torch.where(j == h.unsqueeze(-1), torch.ones((), dtype=w.dtype, device=w.device), w)
 
 
-def _step(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b, A_log, dt_bias, products: bool):
+def _step(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b, A_log, dt_bias, products):
+    # products: None (S formed, the definition) or a function with step_products's arguments
     f32 = torch.float32
     qn, kn = normalize_qk(qx, kx, f32)
     g, en, beta = gate(a, b, A_log, dt_bias, f32)
@@ -150,8 +151,8 @@ def _step(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b,
     kbuf, ubuf = (torch.where(live, t, torch.zeros((), dtype=t.dtype, device=t.device)) for t in (kbuf, ubuf))
     w_live = torch.where(live.squeeze(-1), w, torch.zeros((), dtype=w.dtype, device=w.device))
     ckpt_window = (codes, s_k, s_v, u, q, kbuf, ubuf, w_live, pc, D)
-    if products:
-        Skn, Sqn = step_products(*ckpt_window, torch.stack((kn, qn), -2), f32).unbind(-2)
+    if products is not None:
+        Skn, Sqn = products(*ckpt_window, torch.stack((kn, qn), -2), f32).unbind(-2)
     else:
         S = state_before_update(*ckpt_window, f32)
         Skn = torch.einsum("...vk,...k->...v", S, kn)
@@ -184,13 +185,22 @@ def step_reference(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, 
     """
     with _full_fp32_matmul(), torch.no_grad():
         return _step(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b, A_log, dt_bias,
-                     products=False)
+                     products=None)
 
 
 def step_cpu(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b, A_log, dt_bias):
     """The decode step in fp32 PyTorch on the factor formulation (``step_products``), as the
     kernel computes it: no ``[V, K]`` state is formed. Same arguments and results as
     ``step_reference``; the engine's path for CPU tensors."""
+    return step_with_products(step_products, codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b,
+                              A_log, dt_bias)
+
+
+def step_with_products(products, codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b, A_log,
+                       dt_bias):
+    """``step_cpu`` with ``S kn`` and ``S qn`` from ``products`` (a function with ``step_products``'s
+    arguments and result), e.g. an emulation of a kernel's arithmetic (``emulation.py``). The other
+    arguments and the results are ``step_reference``'s."""
     with _full_fp32_matmul(), torch.no_grad():
         return _step(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b, A_log, dt_bias,
-                     products=True)
+                     products=products)

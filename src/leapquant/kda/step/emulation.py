@@ -1,0 +1,90 @@
+"""Plain-PyTorch emulation of the Gluon decode-step kernel's codes products on the integer tensor
+cores (``gluon_kernel.py``), so that their arithmetic is tested on the CPU.
+
+The step needs ``C (f x)`` for x = kn and qn (``naive.step_products``), C the int8 codes [V, K].
+The kernel feeds the codes to mma.sync m16n8k32 s8 as they are stored, and each thin vector
+``y = f x`` [K] as ``DIGITS`` signed ``DIGIT_BITS``-bit digits under one power of two:
+
+    e = exponent of max_k |y_k|  (clamped to [-121, 126])     z = y 2^(5 - e),  |z| < 64
+    z = sum_d digit_d 2^(-7 d) + rest,   |digit_d| <= 64,   |rest| <= 2^(-7 DIGITS + 6)
+
+each digit rounded to nearest from the remainder so far (every step exact in fp32). The products
+``C digit_d`` are exact int32 sums (|sum| <= 64 * 127 * 128 < 2^21); the kernel weighs them back in
+fp32: ``C y = 2^(e - 5) sum_d 2^(-7 d) (C digit_d)``. The only departure from exact products is
+``rest``: at most ``2^(e + 1 - 7 DIGITS)`` per element in y's units, 41 bits below the vector's
+largest element with six digits (fp32 products carry 24 bits of each element).
+
+Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..geometry import QMAX, STEP_DIGIT_BITS, STEP_DIGITS
+from . import naive
+
+ROUND = 12582912.0  # 1.5 * 2**23: t + ROUND rounds t (|t| <= 2^22) half to even in fp32
+LOWEST_EXPONENT = -121  # 2^(5 - e) stays finite
+HIGHEST_EXPONENT = 126
+
+
+def vector_exponent(y: torch.Tensor) -> torch.Tensor:
+    """The exponent e of ``max |y|`` over the last dim (fp32 bits; ``max |y|`` in [2^e, 2^(e+1))),
+    clamped to [``LOWEST_EXPONENT``, ``HIGHEST_EXPONENT``]; int32 ``y.shape[:-1]``."""
+    big = y.abs().amax(-1).to(torch.float32)
+    e = ((big.view(torch.int32) >> 23) & 0xFF) - 127
+    return e.clamp(LOWEST_EXPONENT, HIGHEST_EXPONENT)
+
+
+def _pow2(e: torch.Tensor) -> torch.Tensor:
+    return torch.ldexp(torch.ones_like(e, dtype=torch.float32), e.to(torch.int32))
+
+
+def digits(y: torch.Tensor, count: int = STEP_DIGITS) -> tuple[torch.Tensor, torch.Tensor]:
+    """``y`` fp32 ``[..., K]`` as ``count`` digits: int8 ``[..., count, K]`` (digit d of element k in
+    ``[..., d, k]``) and the vector exponent ``e`` (``vector_exponent``), with
+    ``y ~ 2^(e - 5) sum_d digit_d 2^(-7 d)`` (the kernel's steps, each exact in fp32)."""
+    y = y.to(torch.float32)
+    e = vector_exponent(y)
+    rest = y * _pow2(5 - e).unsqueeze(-1)
+    out = []
+    for d in range(count):
+        t = rest * 2.0 ** (STEP_DIGIT_BITS * d) + ROUND
+        digit = t - ROUND
+        rest = rest - digit * 2.0 ** (-STEP_DIGIT_BITS * d)
+        out.append(digit.to(torch.int8))
+    return torch.stack(out, -2), e
+
+
+def codes_products(codes: torch.Tensor, y: torch.Tensor, count: int = STEP_DIGITS) -> torch.Tensor:
+    """``C y`` for int8 codes ``[..., V, K]`` and fp32 vectors ``y`` ``[..., P, K]`` as the Gluon
+    kernel computes it: ``y`` in ``count`` digits, exact integer products, the digit sums weighed
+    back in fp32. Returns fp32 ``[..., P, V]``."""
+    d, e = digits(y, count)  # [..., P, count, K], [..., P]
+    exact = torch.einsum("...vk,...pdk->...pdv", codes.to(torch.int64), d.to(torch.int64))  # |.| < 2^21
+    weight = 2.0 ** (-STEP_DIGIT_BITS * torch.arange(count, dtype=torch.float32, device=y.device))
+    sums = (exact.to(torch.float32) * weight[:, None]).sum(-2)  # [..., P, V]
+    return sums * _pow2(e - 5).unsqueeze(-1)
+
+
+def step_products(codes, s_k, s_v, u, q, kbuf, ubuf, w, pc, D, x, dtype: torch.dtype = torch.float32,
+                  count: int = STEP_DIGITS):
+    """``naive.step_products`` (same arguments, fp32 only) with the codes' term from
+    ``codes_products``: ``S x = s_v * (C (f * x)) + Q^T (U' x) + sum_j ubuf_j w_j ((kbuf_j * D_j) . x)``."""
+    assert dtype == torch.float32
+    tokens_and_window = naive.step_products(torch.zeros_like(codes), s_k, s_v, u, q, kbuf, ubuf, w, pc, D, x, dtype)
+    f = s_k.to(dtype).unsqueeze(-2) * pc.to(dtype).unsqueeze(-2) / QMAX
+    return codes_products(codes, f * x.to(dtype), count) * s_v.to(dtype).unsqueeze(-2) + tokens_and_window
+
+
+def step_emulated(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b, A_log, dt_bias,
+                  count: int = STEP_DIGITS):
+    """The decode step with the Gluon kernel's codes products (``step_products`` here); the other
+    phases as ``naive.step_cpu``. Arguments and results: ``naive.step_reference``'s; ``count``: the
+    digits a vector (the kernel's ``STEP_DIGITS``; fewer to see the criterion fail)."""
+    def products(*args):
+        return step_products(*args, count=count)
+
+    return naive.step_with_products(products, codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a,
+                                    b, A_log, dt_bias)

@@ -1,0 +1,72 @@
+"""The Gluon decode step's codes products on the integer tensor cores (``step/emulation.py``): the
+digit expansion's exactness and bound, the products against fp64, and the whole step with them
+through the request's criterion (CPU; the kernel itself runs in tests/test_step_gpu.py)."""
+
+import pytest
+import torch
+
+from leapquant.eval import step_criterion, step_inputs
+from leapquant.kda.geometry import STEP_DIGIT_BITS, STEP_DIGITS
+from leapquant.kda.step import emulation as emu
+from leapquant.kda.step import naive
+
+B = 4
+
+
+def spread_vectors(seed: int = 0) -> torch.Tensor:
+    """fp32 [6, 128] vectors whose elements span from 2^-60 to 1 of their largest, with signs, a
+    zero vector and a vector near the fp32 floor among them."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randn(6, 128, generator=g) * torch.exp2(-60 * torch.rand(6, 128, generator=g))
+    y[3] = 0.0
+    y[4] *= 2.0**-100
+    y[5, 7] = -3.0  # one dominant element
+    return y
+
+
+def test_digits_reconstruct_each_element_to_the_bound():
+    y = spread_vectors()
+    d, e = emu.digits(y)
+    assert d.shape == (6, STEP_DIGITS, 128) and d.dtype == torch.int8
+    assert int(d.abs().max()) <= 2 ** (STEP_DIGIT_BITS - 1)
+    y64 = y.double()
+    w = torch.exp2(-STEP_DIGIT_BITS * torch.arange(STEP_DIGITS, dtype=torch.float64))
+    back = (d.double() * w[:, None]).sum(-2) * torch.exp2(e.double() - 5).unsqueeze(-1)
+    bound = torch.exp2(e.double() + 1 - STEP_DIGIT_BITS * STEP_DIGITS).unsqueeze(-1)
+    assert bool(((back - y64).abs() <= bound).all())
+    # elements within 2^-17 of their vector's largest keep all 24 bits: exact
+    big = y.abs() >= y.abs().amax(-1, keepdim=True) * 2.0**-17
+    assert torch.equal(back[big], y64[big])
+    assert bool((back[3] == 0).all())
+
+
+def test_codes_products_match_fp64_to_fp32_class():
+    g = torch.Generator().manual_seed(1)
+    codes = torch.randint(-127, 128, (3, 128, 128), generator=g, dtype=torch.int8)
+    y = spread_vectors(2)[:4].reshape(2, 2, 128).repeat(2, 1, 1)[:3]  # [3, 2, 128]
+    got = emu.codes_products(codes, y).double()
+    exact = torch.einsum("bvk,bpk->bpv", codes.double(), y.double())
+    scale = torch.einsum("bvk,bpk->bpv", codes.double().abs(), y.double().abs())
+    assert bool(((got - exact).abs() <= 2.0**-21 * scale + 1e-300).all())
+    # fewer digits lose precision where the elements spread: the bound above sees it
+    few = emu.codes_products(codes, y, count=2).double()
+    assert not bool(((few - exact).abs() <= 2.0**-21 * scale + 1e-300).all())
+
+
+@pytest.mark.parametrize("family", step_inputs.FAMILIES)
+def test_emulated_step_meets_criterion(family):
+    x = step_inputs.make(family, B, "cpu", seed=3)
+    out = emu.step_emulated(**x)
+    ok, worst = step_criterion.judge(out, x)
+    assert ok, (family, step_criterion.worst_by_output(out, x))
+    # as close to the fp64 formula as the fp32 factor path
+    cpu = step_criterion.worst_by_output(naive.step_cpu(**x), x)
+    emulated = step_criterion.worst_by_output(out, x)
+    assert emulated["o"] <= cpu["o"] + 0.05 and emulated["u_row"] <= cpu["u_row"] + 0.05, (emulated, cpu)
+
+
+def test_one_digit_fails_the_criterion():
+    # the criterion sees the codes product's precision: one digit (7 bits) is far too coarse
+    x = step_inputs.make("random", B, "cpu", seed=3)
+    ok, worst = step_criterion.judge(emu.step_emulated(**x, count=1), x)
+    assert not ok and worst > 1.0
