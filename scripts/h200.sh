@@ -4,7 +4,8 @@
 # decode loop against fla over 16 windows (carry .whl: the fla-core and einops wheels, see README). Full logs under $OUT (./out when unset): the text logs in one file, h200.log, beside the
 # JSON, markdown and figure outputs, so that few files carry everything; a short table last.
 #   [PORTABLE=0] [TEST_S=seconds, 0: no tests] [LOOP_S=seconds] [BENCH_S=seconds] bash scripts/h200.sh [--ncu] [--ncu-step] [--step-variants] [--precision] [--bytes-only] [--kernels-hub]
-# --ncu-step: Nsight Compute on the default decode-step kernel at B=256 (ncu_step.txt)
+# --ncu-step: Nsight Compute on the default decode-step kernel at B=256 (ncu_step.txt, and the
+# per-instruction counters for scripts/ncu_lines.py in ncu_step_sass.csv.gz)
 # --step-variants: Gluon step kernel variants A/B (scripts/experiments/step_variants.py; STEP_VARIANTS: its arguments)
 # --kernels-hub: the Hugging Face `kernels` loading tests and README's snippet (needs `kernels`
 # importable, e.g. from wheels installed to a folder on PYTHONPATH)
@@ -45,10 +46,13 @@ for opt in "$@"; do
            # cycles per phase (the default kernel must be the Gluon one; 64 sequences = 2048 programs)
            cycles=$(grep -m1 "Elapsed Cycles" "$OUT/ncu.txt" | awk '{gsub(",", "", $NF); print $NF}')
            python3 scripts/ncu_phases.py "$OUT/sass.csv" "$cycles" 2048 --opcodes 6 | tee "$OUT/ncu_phases.md" ;;
-    --ncu-step) timeout 120 ncu --clock-control none --kernel-name regex:_step_kernel --launch-skip 1 --launch-count 1 \
+    --ncu-step) timeout 150 ncu --clock-control none --kernel-name regex:_step_kernel --launch-skip 1 --launch-count 1 \
                   --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-                  --section SchedulerStats --section MemoryWorkloadAnalysis \
-                  python3 scripts/ncu_target.py 256 step > "$OUT/ncu_step.txt" 2>&1
+                  --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
+                  -o /tmp/leapquant_ncu_step -f python3 scripts/ncu_target.py 256 step > "$OUT/ncu_step_run.log" 2>&1
+                ncu -i /tmp/leapquant_ncu_step.ncu-rep --page details > "$OUT/ncu_step.txt" 2>&1
+                # per-line counts: python scripts/ncu_lines.py ncu_step_sass.csv.gz LINES step/gluon_kernel.py 8192 4
+                ncu -i /tmp/leapquant_ncu_step.ncu-rep --page source --csv --print-source sass | gzip > "$OUT/ncu_step_sass.csv.gz"
                 grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|DRAM Throughput|Issue Slots Busy|No Eligible|Stall|Block Limit|Warp Cycles Per Issued" "$OUT/ncu_step.txt" | head -30 ;;
     --step-variants) timeout 120 python3 scripts/experiments/step_variants.py ${STEP_VARIANTS:-} > "$OUT/step_variants.log" 2>&1
                      echo "step variants (exit $?):"; cat "$OUT/step_variants.log" ;;

@@ -2,29 +2,28 @@
 (sequence, head).
 
 The portable kernel's formulation and phases (``triton_kernel.py``: every load first, none behind
-the fill count; the factor products in fp32 on the CUDA cores), with the layouts chosen by hand so
-that the sums cost few shuffles and few shared-memory rounds:
+the fill count), with the layouts chosen by hand so that the sums cost few shuffles and few
+shared-memory rounds, and the codes products on the integer tensor cores:
 
-- the codes [V, K] int8: a thread holds 4 rows x 32 columns (two 16-byte pieces, each warp load a
-  64-byte run of 8 rows), so each sum over k is 32 terms in-thread and two shuffle rounds; the
-  int8 -> fp32 conversion takes four bytes at once (one xor, then a byte permute into the fp32
-  mantissa and a subtract per element: exact);
+- the codes products ``C (f kn)`` and ``C (f qn)``: mma.sync m16n8k32 s8 with the staged codes as
+  the A operand as they are (no conversion), and each thin vector ``f x`` as ``STEP_DIGITS``
+  signed 7-bit digits under one power of two (B [K, 16]: an int8 [16, K] buffer written once);
+  the int32 sums are exact and weighed back in fp32 (41 bits below the vector's largest element;
+  ``emulation.py`` holds the same arithmetic in PyTorch, tested on the CPU);
 - the window [L, N] (kbuf, gbuf, ubuf) and the tokens [R, N] (u, q): a thread owns a whole column,
   so the entry decays' running product and the sums over j and r are in-thread;
 - the window's projections (sums over k of the decayed keys) go through one layout change to 16
   columns a thread;
 - kn and qn travel as pairs (``_pair_to``): each of their layout changes, and the tokens'
-  cross-warp sums, is one exchange for both (26 barriers a program instead of 32 in the pool
-  form);
+  cross-warp sums, is one exchange for both;
 - the codes and the window (28 KB of a program's 34.9) are copied into shared memory (cp.async,
   16 bytes a thread) while the small loads and the token's phase run, so no registers wait on
-  them; the codes are converted one in-thread half at a time, so that the register cap (96) lets
-  5 CTAs share an SM.
+  them; at 80 registers a thread, 6 CTAs share an SM.
 
-Measured on the H200 (BENCHMARKS.md, 2026-12-02, sixth session): 1.32x the step's memory floor at
-B=256, 1.24x at B=512 (the pairs took 1.4% off at B=512, the halves and the cap of 96 6.7%); the
-kernel is bound by the instructions it issues (ncu at B=256: DRAM at 65%, no eligible warp in 34%
-of a scheduler's cycles), not by bandwidth. NOTES.md lists what was tried.
+Measured on the H200 (BENCHMARKS.md, ninth session): the integer tensor cores took 3% off at
+B >= 256 (their 21% fewer instructions mostly became idle issue slots: each program is a chain of
+loads, reductions and exchanges), 6 CTAs an SM another 2-3%: 1.26x the step's memory floor at
+B=256, 1.18x at B=512. NOTES.md lists what was tried.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
@@ -36,27 +35,26 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import async_copy
 
-from ..geometry import H
+from ..geometry import STEP_DIGIT_BITS, STEP_DIGITS, H
 from ..launch import GLUON_VERIFIED_TRITON, STEP_UNSPECIALISED, step_arguments
 from .tl_common import entry_decay, round_bf16, token_side, write_entry
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4
-# registers a thread may use: 96 lets 5 CTAs (20 warps) share an SM; with the codes converted one
-# half at a time it spills one value (8 B of stack, 1 spill store and load) in pool form, none in
-# the functional form (H200: -6.7% at B=256 and 512 against 128, i.e. 4 CTAs; with the whole codes
-# converted at once 96 spilled 144 B, 34 spill stores and loads, +37%; 128 was -11% against the
-# 168 the compiler picks unbounded)
-MAX_REGISTERS = 96
-CODES = gl.constexpr(gl.BlockedLayout([4, 16], [8, 4], [4, 1], [1, 0]))  # [V, K] int8
+# registers a thread may use: 80 lets 6 CTAs (24 warps) share an SM without spills in pool form
+# (8 B of stack in the functional form). H200, ninth session: -3% at B=512 and -2% at B=256
+# against 96 (5 CTAs), +2% at B=64; 72 (7 CTAs, one spilled word) -1% more at B=512 but +7% at
+# B=64. Before the integer tensor cores the fp32 codes needed 96 (sixth session: -6.7% against 128)
+MAX_REGISTERS = 80
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))  # [L, N]: a column a thread
 TOK = gl.constexpr(gl.BlockedLayout([4, 1], [1, 32], [1, 4], [0, 1]))  # [R, N]: a column a thread
 KEYS = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [L, K]: 16 columns a thread
 COL = gl.constexpr(gl.SliceLayout(0, WIN))  # [N] vectors: thread t holds element t
 # [N, 2] pairs (gl.join's layout of two [N] vectors) of COL, of the rows of WIN, and of the
-# columns of KEYS and CODES: the pair's element in a register beside it
+# columns of KEYS: the pair's element in a register beside it
 PAIR_COL = gl.constexpr(gl.DistributedLinearLayout(
     reg_bases=[[0, 1]], lane_bases=[[1, 0], [2, 0], [4, 0], [8, 0], [16, 0]], warp_bases=[[32, 0], [64, 0]],
     block_bases=[], shape=[128, 2]))
@@ -66,30 +64,73 @@ PAIR_WIN_ROWS = gl.constexpr(gl.DistributedLinearLayout(
 PAIR_KEY_COLS = gl.constexpr(gl.DistributedLinearLayout(
     reg_bases=[[0, 1], [1, 0], [2, 0], [4, 0], [8, 0]], lane_bases=[[16, 0], [32, 0], [64, 0], [0, 0], [0, 0]],
     warp_bases=[[0, 0]] * 2, block_bases=[], shape=[128, 2]))
-PAIR_CODE_COLS = gl.constexpr(gl.DistributedLinearLayout(
-    reg_bases=[[0, 1], [1, 0], [2, 0], [4, 0], [8, 0], [64, 0]], lane_bases=[[16, 0], [32, 0], [0, 0], [0, 0], [0, 0]],
-    warp_bases=[[0, 0]] * 2, block_bases=[], shape=[128, 2]))
-# the copies into shared memory, 16 bytes a thread; the codes' buffer swizzled so that the
-# CODES layout's reads (two rows of 64 bytes a quarter-warp) hit distinct banks
+# the codes products on the integer tensor cores (mma.sync m16n8k32 s8): the codes [V, K] as the A
+# operand straight from their staged copy, the thin operand [K, 16] as B: for each of kn and qn,
+# DIGITS signed 7-bit digits of f x under one power-of-two scale (columns 0-5 and 8-13), exact
+# int32 sums, recombined in fp32
+MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8]))
+CODES_A = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4))
+DIGITS_B = gl.constexpr(gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=4))
+DIGITS = gl.constexpr(STEP_DIGITS)  # digits a vector (step/emulation.py: the arithmetic, tested on the CPU)
+DIGIT_BITS = gl.constexpr(STEP_DIGIT_BITS)
+THIN_COLS = gl.constexpr(16)  # the B operand's columns: kn's digits in 0-7, qn's in 8-15 (the last two of each zero)
+K_STEP = gl.constexpr(32)  # k of one mma.sync m16n8k32
+# the copies into shared memory, 16 bytes a thread; the codes' buffer swizzled (16-byte chunks
+# xor the row) so that ldmatrix's eight 16-byte rows of an 8 x 8 matrix hit distinct banks
 COPY_BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [V, K] int8
 COPY_HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))  # [L, N] 16-bit
-CODES_STAGE = gl.constexpr(gl.SwizzledSharedLayout(16, 1, 8, [1, 0]))
+CODES_STAGE = gl.constexpr(gl.SwizzledSharedLayout(16, 1, 8, [1, 0]))  # also the digits' [16, K] rows
 PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-# four int8 codes of a register -> four fp32: bias the bytes to unsigned (xor 0x80), place each in
-# the low mantissa byte of 2^23 (0x4B0000bb = 2^23 + c + 128), subtract 2^23 + 128
-CODES_ASM = gl.constexpr("""{
-.reg .b32 t;
-xor.b32 t, $4, 0x80808080;
-prmt.b32 $0, t, 0x4B000000, 0x7540; prmt.b32 $1, t, 0x4B000000, 0x7541;
-prmt.b32 $2, t, 0x4B000000, 0x7542; prmt.b32 $3, t, 0x4B000000, 0x7543;
-sub.f32 $0, $0, 0f4B000080; sub.f32 $1, $1, 0f4B000080;
-sub.f32 $2, $2, 0f4B000080; sub.f32 $3, $3, 0f4B000080;
-}""")
+@gluon.jit
+def _pow2(e):
+    # 2^e (fp32) for an integer e in [-126, 127]
+    return ((e + 127) << 23).to(gl.float32, bitcast=True)
 
 
 @gluon.jit
-def _codes_fp32(c):
-    return gl.inline_asm_elementwise(CODES_ASM, "=r,=r,=r,=r,r", [c], dtype=gl.float32, is_pure=True, pack=4)
+def _digit_rows(y, rows, first: gl.constexpr, scale, MAGIC: gl.constexpr):
+    # y * scale (|y * scale| < 64) = sum_d digit_d 2^(-7 d) + (a remainder below 2^(-7 DIGITS)),
+    # digits rounded to nearest, |digit_d| <= 64; digit d goes to row first + d of ``rows`` (int8,
+    # WIN [16, N]). Every step is exact in fp32: e 2^(7 d) is at most 64 in magnitude, so adding
+    # MAGIC rounds it into the low mantissa bits (whose low byte is the int8 digit), and e - digit
+    # 2^(-7 d) is representable (the digits peel y's 24 bits from the top).
+    e = y * scale
+    r = gl.arange(0, 16, layout=gl.SliceLayout(1, WIN))[:, None]
+    for d in gl.static_range(DIGITS):
+        t = e * (2.0 ** (DIGIT_BITS * d)) + MAGIC
+        digit = t - MAGIC
+        if d + 1 < DIGITS:
+            e = e - digit * (2.0 ** (-DIGIT_BITS * d))
+        rows = gl.where(r == first + d, t.to(gl.int32, bitcast=True).to(gl.int8)[None, :], rows)
+    return rows
+
+
+@gluon.jit
+def _codes_products(codes_s, digits_s, yk, yq, MAGIC: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr):
+    # C yk and C yq ([V], COL) for the staged codes C [V, K] and yk, yq [K] (COL): each y as DIGITS
+    # int8 digits under a power of two 2^(5 - e), e the exponent of max|y| (so |y 2^(5 - e)| < 64;
+    # clamped so that the power stays finite: a vector below 2^-121 loses digits, as fp32 flushes
+    # it), one mma.sync chain over k, the int32 sums (|sum| < 2^21: exact) weighted back in fp32
+    big = gl.max(gl.join(gl.abs(yk), gl.abs(yq)), axis=0)  # [2]: one cross-warp round for both
+    mk, mq = gl.split(big)
+    ek = gl.minimum(gl.maximum(((mk.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127, -121), 126)
+    eq = gl.minimum(gl.maximum(((mq.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127, -121), 126)
+    rows = gl.zeros([THIN_COLS, NK], gl.int8, WIN)
+    rows = _digit_rows(yk, rows, 0, _pow2(5 - ek), MAGIC)
+    rows = _digit_rows(yq, rows, THIN_COLS // 2, _pow2(5 - eq), MAGIC)
+    digits_s.store(rows)
+    acc = gl.zeros([NV, THIN_COLS], gl.int32, MMA)
+    for i in gl.static_range(NK // K_STEP):
+        a = codes_s.slice(K_STEP * i, K_STEP, dim=1).load(CODES_A)
+        b = digits_s.slice(K_STEP * i, K_STEP, dim=1).permute((1, 0)).load(DIGITS_B)
+        acc = mma_v2(a, b, acc)
+    n = gl.arange(0, THIN_COLS, layout=gl.SliceLayout(0, MMA))
+    weight = _pow2(-DIGIT_BITS * (n % (THIN_COLS // 2)))  # digit d's 2^(-7 d)
+    sums = gl.sum(gl.reshape(acc.to(gl.float32) * weight[None, :], [NV, 2, THIN_COLS // 2]), axis=2)
+    ck, cq = gl.split(gl.convert_layout(sums, PAIR_COL))
+    ck = gl.convert_layout(ck, COL, assert_trivial=True) * _pow2(ek - 5)
+    cq = gl.convert_layout(cq, COL, assert_trivial=True) * _pow2(eq - 5)
+    return ck, cq
 
 
 @gluon.jit
@@ -120,7 +161,7 @@ def _step_kernel(
     IN_PLACE: gl.constexpr,  # pool form
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
     QM: gl.constexpr, NORM_EPS: gl.constexpr, SCALE: gl.constexpr, SP_THRESHOLD: gl.constexpr,
-    BETA_SMALL: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,  # (the portable kernel's; CODES_ASM has its own)
+    BETA_SMALL: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
 ):
     gl.static_assert(NK == NV)  # one [N] layout serves both sides
     c = gl.program_id(0)
@@ -149,6 +190,7 @@ def _step_kernel(
     keys_s = gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN)
     gates_s = gl.allocate_shared_memory(gl.float16, [NL, NK], PLAIN)
     vals_s = gl.allocate_shared_memory(gl.bfloat16, [NL, NV], PLAIN)
+    digits_s = gl.allocate_shared_memory(gl.int8, [THIN_COLS, NK], CODES_STAGE)
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, COPY_BYTES))[:, None]
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_BYTES))[None, :]
     async_copy.async_copy_global_to_shared(codes_s, codes + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
@@ -194,27 +236,7 @@ def _step_kernel(
 
     # the value side: S x = s_v * (C (f * x)) + ubuf^T (projections) + Q^T (U' x), f = s_k pc / 127
     f = s_kr * pc * (1.0 / QM)
-    fk, fq = _pair_to(f * kn, f * qn, gl.SliceLayout(0, CODES), PAIR_CODE_COLS)
-    # the codes in their two in-thread halves of 16 columns a thread (columns c and 64 + c), each
-    # converted and summed before the next, so that one half's fp32 values are live at a time
-    c_lo, c_hi = gl.split(gl.permute(gl.reshape(codes_s.load(CODES), [NV, 2, NK // 2]), (0, 2, 1)))
-    half: gl.constexpr = gl.SliceLayout(0, c_lo.type.layout)
-    fk_lo, fk_hi = gl.split(gl.permute(gl.reshape(fk, [2, NK // 2]), (1, 0)))
-    fq_lo, fq_hi = gl.split(gl.permute(gl.reshape(fq, [2, NK // 2]), (1, 0)))
-    fk_lo = gl.convert_layout(fk_lo, half, assert_trivial=True)
-    fk_hi = gl.convert_layout(fk_hi, half, assert_trivial=True)
-    fq_lo = gl.convert_layout(fq_lo, half, assert_trivial=True)
-    fq_hi = gl.convert_layout(fq_hi, half, assert_trivial=True)
-    # in-thread sums of each half ([V, 4]: a thread's 16 columns), the lanes' sum once at the end
-    cf = _codes_fp32(c_lo)
-    sk = gl.sum(gl.reshape(cf * fk_lo[None, :], [NV, 4, NK // 8]), axis=2)
-    sq = gl.sum(gl.reshape(cf * fq_lo[None, :], [NV, 4, NK // 8]), axis=2)
-    cf = _codes_fp32(c_hi)
-    sk = sk + gl.sum(gl.reshape(cf * fk_hi[None, :], [NV, 4, NK // 8]), axis=2)
-    sq = sq + gl.sum(gl.reshape(cf * fq_hi[None, :], [NV, 4, NK // 8]), axis=2)
-    rows: gl.constexpr = gl.SliceLayout(1, CODES)
-    ck, cq = _pair_to(gl.convert_layout(gl.sum(sk, axis=1), rows, assert_trivial=True),
-                      gl.convert_layout(gl.sum(sq, axis=1), rows, assert_trivial=True), COL, PAIR_COL)
+    ck, cq = _codes_products(codes_s, digits_s, f * kn, f * qn, MAGIC, NV, NK)
     vl = gl.where(live[:, None], vals.to(gl.float32), 0.0)
     qf = qq.to(gl.float32)
     tk = gl.convert_layout(tk, gl.SliceLayout(1, TOK))
