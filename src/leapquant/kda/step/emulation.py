@@ -8,7 +8,10 @@ The kernel feeds the codes to mma.sync m16n8k32 s8 as they are stored, and each 
     e = exponent of max_k |y_k|  (clamped to [-121, 126])     z = y 2^(5 - e),  |z| < 64
     z = sum_d digit_d 2^(-7 d) + rest,   |digit_d| <= 64,   |rest| <= 2^(-7 DIGITS + 6)
 
-each digit rounded to nearest from the remainder so far (every step exact in fp32). The products
+each digit rounded to nearest from the remainder so far (every step exact in fp32). The kernel
+takes max|y| from ``token_side``'s one reduction as ``rk max|f kt|`` (within a few ulps of the
+maximum of the rounded products, so its first digit may reach 65); this emulation takes the exact
+maximum. The products
 ``C digit_d`` are exact int32 sums (|sum| <= 64 * 127 * 128 < 2^21); the kernel weighs them back in
 fp32: ``C y = 2^(e - 5) sum_d 2^(-7 d) (C digit_d)``. The only departure from exact products is
 ``rest``: at most ``2^(e + 1 - 7 DIGITS)`` per element in y's units, 41 bits below the vector's

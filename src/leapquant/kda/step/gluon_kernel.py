@@ -22,8 +22,9 @@ shared-memory rounds, and the codes products on the integer tensor cores:
 
 Measured on the H200 (BENCHMARKS.md, ninth session): the integer tensor cores took 3% off at
 B >= 256 (their 21% fewer instructions mostly became idle issue slots: each program is a chain of
-loads, reductions and exchanges), 6 CTAs an SM another 2-3%: 1.26x the step's memory floor at
-B=256, 1.18x at B=512. NOTES.md lists what was tried.
+loads, reductions and exchanges), 6 CTAs an SM another 2-3%, and one cross-warp reduction for the
+token's sums and the digits' scale (``token_side``) 7% more: 1.17x the step's memory floor at
+B=256, 1.10x at B=512. NOTES.md lists what was tried.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
@@ -106,13 +107,13 @@ def _digit_rows(y, rows, first: gl.constexpr, scale, MAGIC: gl.constexpr):
 
 
 @gluon.jit
-def _codes_products(codes_s, digits_s, yk, yq, MAGIC: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr):
+def _codes_products(codes_s, digits_s, yk, yq, mk, mq, MAGIC: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr):
     # C yk and C yq ([V], COL) for the staged codes C [V, K] and yk, yq [K] (COL): each y as DIGITS
-    # int8 digits under a power of two 2^(5 - e), e the exponent of max|y| (so |y 2^(5 - e)| < 64;
-    # clamped so that the power stays finite: a vector below 2^-121 loses digits, as fp32 flushes
-    # it), one mma.sync chain over k, the int32 sums (|sum| < 2^21: exact) weighted back in fp32
-    big = gl.max(gl.join(gl.abs(yk), gl.abs(yq)), axis=0)  # [2]: one cross-warp round for both
-    mk, mq = gl.split(big)
+    # int8 digits under a power of two 2^(5 - e), e the exponent of mk ~ max|yk| (token_side's,
+    # within a few ulps: |y 2^(5 - e)| stays below 65, so the first digit is at most 65 in
+    # magnitude; clamped so that the power stays finite: a vector below 2^-121 loses digits, as
+    # fp32 flushes it), one mma.sync chain over k, the int32 sums (|sum| < 2^21: exact) weighted
+    # back in fp32
     ek = gl.minimum(gl.maximum(((mk.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127, -121), 126)
     eq = gl.minimum(gl.maximum(((mq.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127, -121), 126)
     rows = gl.zeros([THIN_COLS, NK], gl.int8, WIN)
@@ -211,8 +212,9 @@ def _step_kernel(
     vt = gl.load(vx + tok * v_row + head * NV + n).to(gl.float32)
     h = gl.load(fill + prog)
     h = gl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
-    kn, qn, kq, g, en, beta, pcum_n, pc = token_side(qx, kx, a, b, A_log, dt_bias, pcum, tok, qk_row, head, prog, n,
-                                                     NH, NK, NORM_EPS, SCALE, SP_THRESHOLD, BETA_SMALL)
+    kn, qn, kq, g, en, beta, pcum_n, pc, f, mk, mq = token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_kr, tok, qk_row,
+                                                                head, prog, n, NH, NK, NORM_EPS, SCALE, SP_THRESHOLD,
+                                                                BETA_SMALL, QM)
     async_copy.wait_group(0)
     gl.thread_barrier()
     keys = keys_s.load(WIN)
@@ -235,8 +237,7 @@ def _step_kernel(
     tk, tq = gl.split(gl.sum(gl.join(up * kn_tok[None, :], up * qn_tok[None, :]), axis=1))  # one cross-warp sum
 
     # the value side: S x = s_v * (C (f * x)) + ubuf^T (projections) + Q^T (U' x), f = s_k pc / 127
-    f = s_kr * pc * (1.0 / QM)
-    ck, cq = _codes_products(codes_s, digits_s, f * kn, f * qn, MAGIC, NV, NK)
+    ck, cq = _codes_products(codes_s, digits_s, f * kn, f * qn, mk, mq, MAGIC, NV, NK)
     vl = gl.where(live[:, None], vals.to(gl.float32), 0.0)
     qf = qq.to(gl.float32)
     tk = gl.convert_layout(tk, gl.SliceLayout(1, TOK))

@@ -80,29 +80,43 @@ def softplus(x, THRESHOLD: tl.constexpr):
 
 
 @triton.jit
-def token_side(qx, kx, a, b, A_log, dt_bias, pcum, tok, qk_row, head, prog, k,
+def _sums_and_maxima(a0, a1, a2, a3, a4, b0, b1, b2, b3, b4):
+    return a0 + b0, a1 + b1, a2 + b2, tl.maximum(a3, b3), tl.maximum(a4, b4)
+
+
+@triton.jit
+def token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_k, tok, qk_row, head, prog, k,
                NH: tl.constexpr, NK: tl.constexpr, NORM_EPS: tl.constexpr, SCALE: tl.constexpr,
-               SP_THRESHOLD: tl.constexpr, BETA_SMALL: tl.constexpr):
+               SP_THRESHOLD: tl.constexpr, BETA_SMALL: tl.constexpr, QM: tl.constexpr):
     """This token's phase (``naive.normalize_qk``, ``naive.gate``) for program ``prog`` = (slot,
     ``head``) serving token row ``tok``: loads ``kx``/``qx`` (bf16, row stride ``qk_row``), ``a``
     (bf16 ``[N, H, K]``), ``b`` (bf16 ``[N, H]``), ``A_log`` (fp32 ``[H]``), ``dt_bias`` (fp32
-    ``[H, K]``) and the program's ``pcum`` (fp32 ``[K]``) at the [K] offsets ``k`` (any layout).
-    Returns ``(kn, qn, kn . qn, g, en, beta, pcum_new, pc)``: [K] fp32 vectors in ``k``'s layout
-    (``g`` the log-space gate, ``en = exp(g)``, ``pc = exp(pcum_new)``) and the scalars ``kn .
-    qn`` and ``beta`` (bf16-exact, as fp32)."""
+    ``[H, K]``) and the program's ``pcum`` (fp32 ``[K]``) at the [K] offsets ``k`` (any layout);
+    ``s_k`` the checkpoint's key scales there. Returns ``(kn, qn, kn . qn, g, en, beta, pcum_new,
+    pc, f, max|f kn|, max|f qn|)``: [K] fp32 vectors in ``k``'s layout (``g`` the log-space gate,
+    ``en = exp(g)``, ``pc = exp(pcum_new)``, ``f = s_k pc / QM``) and scalars (``kn . qn``,
+    ``beta`` bf16-exact as fp32, and the two maxima, each within a few ulps: one reduction
+    serves the norms, ``kn . qn`` and the maxima, which the Gluon kernel's digits scale by)."""
     kt = tl.load(kx + tok * qk_row + head * NK + k).to(tl.float32)
     qt = tl.load(qx + tok * qk_row + head * NK + k).to(tl.float32)
     xg = tl.load(a + (tok * NH + head) * NK + k).to(tl.float32) + tl.load(dt_bias + head * NK + k)
     b_t = tl.load(b + tok * NH + head).to(tl.float32)
     pcum_n = tl.load(pcum + prog * NK + k)
-    kn = kt * tl.math.rsqrt(tl.sum(kt * kt, axis=0) + NORM_EPS)
-    qn = qt * (tl.math.rsqrt(tl.sum(qt * qt, axis=0) + NORM_EPS) * SCALE)
-    kq = tl.sum(kn * qn, axis=0)
     g = -tl.exp(tl.load(A_log + head)) * softplus(xg, SP_THRESHOLD)
     en = tl.exp(g)
     beta = beta_bf16(b_t, BETA_SMALL)
     pcum_n = pcum_n + g
-    return kn, qn, kq, g, en, beta, pcum_n, tl.exp(pcum_n)
+    pc = tl.exp(pcum_n)
+    f = s_k * pc * (1.0 / QM)
+    # the three sums over k and the two maxima in one reduction (one cross-warp round where K
+    # spans the warps): kn . qn = (kt . qt) rk rq, max|f kn| = rk max|f kt|
+    kk, qq, kt_qt, fk_max, fq_max = tl.reduce((kt * kt, qt * qt, kt * qt, tl.abs(f * kt), tl.abs(f * qt)), 0,
+                                              _sums_and_maxima)
+    rk = tl.math.rsqrt(kk + NORM_EPS)
+    rq = tl.math.rsqrt(qq + NORM_EPS) * SCALE
+    kn = kt * rk
+    qn = qt * rq
+    return kn, qn, kt_qt * rk * rq, g, en, beta, pcum_n, pc, f, fk_max * rk, fq_max * rq
 
 
 @triton.jit

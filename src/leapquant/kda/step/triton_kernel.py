@@ -114,8 +114,9 @@ def _step_kernel(
     vt = tl.load(vx + tok * v_row + head * NV + v).to(tl.float32)
     h = tl.load(fill + prog)
     h = tl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
-    kn, qn, kq, g, en, beta, pcum_n, pc = token_side(qx, kx, a, b, A_log, dt_bias, pcum, tok, qk_row, head, prog, k,
-                                                     NH, NK, NORM_EPS, SCALE, SP_THRESHOLD, BETA_SMALL)
+    kn, qn, kq, g, en, beta, pcum_n, pc, f, _, _ = token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_kr, tok, qk_row,
+                                                              head, prog, k, NH, NK, NORM_EPS, SCALE, SP_THRESHOLD,
+                                                              BETA_SMALL, QM)
 
     # the key side: the window's projections w_j (kbuf_j * D_j) . x [L] and the tokens' (U' x) [R]
     # for x = kn and qn, fp32 on the CUDA cores (naive.step_products)
@@ -130,7 +131,6 @@ def _step_kernel(
 
     # the value side: S x = s_v * (C (f * x)) + ubuf^T (projections) + Q^T (U' x), f = s_k pc / 127;
     # the codes are exact in fp32 and both products share one conversion
-    f = s_kr * pc * (1.0 / QM)
     cf = _codes_fp32(cb, MAGIC, MAGIC_BITS)
     vl = tl.where(live[:, None], vals.to(tl.float32), 0.0)
     qf = qq.to(tl.float32)
