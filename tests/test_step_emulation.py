@@ -70,3 +70,35 @@ def test_one_digit_fails_the_criterion():
     x = step_inputs.make("random", B, "cpu", seed=3)
     ok, worst = step_criterion.judge(emu.step_emulated(**x, count=1), x)
     assert not ok and worst > 1.0
+
+
+def one_dominant_channel(spread_bits: int) -> dict:
+    """The digits' hard case (found in review): key scales 1 on channel 0 and 2^-spread_bits on the
+    rest, codes zero on channel 0 in about half the rows, an empty window, no Compensator Tokens and
+    v = 0, so that those rows' outputs come from channels ~2^-spread_bits below the vector's largest
+    element, which fixed-point digits under one scale carry only to 41 - spread_bits bits."""
+    g = torch.Generator().manual_seed(5)
+    x = step_inputs.make("random", B, "cpu", seed=3)
+    x["s_k"][:] = 2.0**-spread_bits
+    x["s_k"][..., 0] = 1.0
+    zero = torch.rand(x["codes"][..., 0].shape, generator=g) < 0.5
+    x["codes"][..., 0] = torch.where(zero, torch.zeros((), dtype=torch.int8), x["codes"][..., 0])
+    for name in ("h", "u", "q", "vx"):
+        x[name].zero_()
+    return x
+
+
+@pytest.mark.parametrize("spread_bits", [16, 20])
+def test_digits_hold_the_criterion_within_their_range(spread_bits):
+    x = one_dominant_channel(spread_bits)
+    ok, worst = step_criterion.judge(emu.step_emulated(**x), x)
+    assert ok, worst
+
+
+def test_digits_lose_channels_far_below_the_largest():
+    # the scheme's known limit (NOTES, "The digits' range"): at a 2^28 spread six digits fail where
+    # the fp32 path passes, eight pass
+    x = one_dominant_channel(28)
+    assert step_criterion.judge(naive.step_cpu(**x), x)[0]
+    assert not step_criterion.judge(emu.step_emulated(**x), x)[0]
+    assert step_criterion.judge(emu.step_emulated(**x, count=8), x)[0]

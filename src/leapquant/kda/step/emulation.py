@@ -10,12 +10,17 @@ The kernel feeds the codes to mma.sync m16n8k32 s8 as they are stored, and each 
 
 each digit rounded to nearest from the remainder so far (every step exact in fp32). The kernel
 takes max|y| from ``token_side``'s one reduction as ``rk max|f kt|`` (within a few ulps of the
-maximum of the rounded products, so its first digit may reach 65); this emulation takes the exact
+maximum of the rounded products; every digit stays within 64); this emulation takes the exact
 maximum. The products
 ``C digit_d`` are exact int32 sums (|sum| <= 64 * 127 * 128 < 2^21); the kernel weighs them back in
-fp32: ``C y = 2^(e - 5) sum_d 2^(-7 d) (C digit_d)``. The only departure from exact products is
-``rest``: at most ``2^(e + 1 - 7 DIGITS)`` per element in y's units, 41 bits below the vector's
-largest element with six digits (fp32 products carry 24 bits of each element).
+fp32: ``C y = 2^(e - 5) sum_d 2^(-7 d) (C digit_d)``. Two departures from exact products: the
+fp32 sum of the six weighed digit sums (about 2^-23 of ``sum_k |c_k y_k|``, below the fp32 FFMA
+path's own rounding), and ``rest``: at most ``2^(e + 1 - 7 DIGITS)`` per element in y's units,
+41 bits below the vector's largest element with six digits. So every element within 2^17 of the
+largest keeps fp32's 24 bits; an element further below keeps fewer, and a row whose codes are
+zero on every channel near the largest (an empty window, negligible tokens and beta v) can then
+miss the criterion where the fp32 path meets it (``tests/test_step_emulation.py``,
+``one_dominant_channel``: fails from a 2^24 spread with six digits, 2^38 with eight).
 
 Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-step.
 """

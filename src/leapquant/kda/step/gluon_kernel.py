@@ -20,11 +20,13 @@ shared-memory rounds, and the codes products on the integer tensor cores:
   16 bytes a thread) while the small loads and the token's phase run, so no registers wait on
   them; at 80 registers a thread, 6 CTAs share an SM.
 
-Measured on the H200 (BENCHMARKS.md, ninth session): the integer tensor cores took 3% off at
-B >= 256 (their 21% fewer instructions mostly became idle issue slots: each program is a chain of
-loads, reductions and exchanges), 6 CTAs an SM another 2-3%, and one cross-warp reduction for the
-token's sums and the digits' scale (``token_side``) 7% more: 1.17x the step's memory floor at
-B=256, 1.10x at B=512. NOTES.md lists what was tried.
+Measured on the H200 (BENCHMARKS.md, ninth session, A/B runs in one process): the integer tensor
+cores took 3% off at B >= 256 (21% fewer SASS instructions, 22% fewer executed: most became idle
+issue slots, each program being a chain of loads, reductions and exchanges), 6 CTAs an SM another
+2-3%, and one cross-warp reduction for the token's sums and the digits' scale (``token_side``)
+6-8% more: 0.0792 / 0.1493 ms at B = 256 / 512, 1.17x / 1.10x the step issue's memory floor.
+The digits carry 41 bits below the largest element of f x (``emulation.py``; NOTES.md, "The
+digits' range"). NOTES.md lists what was tried.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
@@ -110,8 +112,8 @@ def _digit_rows(y, rows, first: gl.constexpr, scale, MAGIC: gl.constexpr):
 def _codes_products(codes_s, digits_s, yk, yq, mk, mq, MAGIC: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr):
     # C yk and C yq ([V], COL) for the staged codes C [V, K] and yk, yq [K] (COL): each y as DIGITS
     # int8 digits under a power of two 2^(5 - e), e the exponent of mk ~ max|yk| (token_side's,
-    # within a few ulps: |y 2^(5 - e)| stays below 65, so the first digit is at most 65 in
-    # magnitude; clamped so that the power stays finite: a vector below 2^-121 loses digits, as
+    # within a few ulps: |y 2^(5 - e)| stays within 64 (1 + 2^-20), so every digit is at most 64
+    # in magnitude; clamped so that the power stays finite: a vector below 2^-121 loses digits, as
     # fp32 flushes it), one mma.sync chain over k, the int32 sums (|sum| < 2^21: exact) weighted
     # back in fp32
     ek = gl.minimum(gl.maximum(((mk.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127, -121), 126)
