@@ -49,50 +49,83 @@ def _pow2(e: torch.Tensor) -> torch.Tensor:
     return torch.ldexp(torch.ones_like(e, dtype=torch.float32), e.to(torch.int32))
 
 
+def _digit_pass(z: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # z (|z| <= 64, fp32) -> count int8 digits [..., count, K] and the remainder (z units, exact):
+    # z = sum_d digit_d 2^(-7 d) + rest, |rest| <= 2^(6 - 7 count)
+    out = []
+    for d in range(count):
+        t = z * 2.0 ** (STEP_DIGIT_BITS * d) + ROUND
+        digit = t - ROUND
+        z = z - digit * 2.0 ** (-STEP_DIGIT_BITS * d)
+        out.append(digit.to(torch.int8))
+    return torch.stack(out, -2), z
+
+
 def digits(y: torch.Tensor, count: int = STEP_DIGITS) -> tuple[torch.Tensor, torch.Tensor]:
     """``y`` fp32 ``[..., K]`` as ``count`` digits: int8 ``[..., count, K]`` (digit d of element k in
     ``[..., d, k]``) and the vector exponent ``e`` (``vector_exponent``), with
     ``y ~ 2^(e - 5) sum_d digit_d 2^(-7 d)`` (the kernel's steps, each exact in fp32)."""
     y = y.to(torch.float32)
     e = vector_exponent(y)
-    rest = y * _pow2(5 - e).unsqueeze(-1)
-    out = []
-    for d in range(count):
-        t = rest * 2.0 ** (STEP_DIGIT_BITS * d) + ROUND
-        digit = t - ROUND
-        rest = rest - digit * 2.0 ** (-STEP_DIGIT_BITS * d)
-        out.append(digit.to(torch.int8))
-    return torch.stack(out, -2), e
+    d, _ = _digit_pass(y * _pow2(5 - e).unsqueeze(-1), count)
+    return d, e
 
 
-def codes_products(codes: torch.Tensor, y: torch.Tensor, count: int = STEP_DIGITS) -> torch.Tensor:
+def passes_needed(y: torch.Tensor, count: int = STEP_DIGITS) -> torch.Tensor:
+    """Digit passes that hold every element of ``y`` [..., K] to fp32's 24 bits, int ``[...]``: one
+    pass carries ``7 count - 1`` bits below the vector's largest element (exact for elements
+    within ``2^(7 count - 25)`` of it), each further pass, on the remainders, ``7 count - 1``
+    more; the least nonzero |y| decides (a margin of one bit for the kernel's estimates)."""
+    y = y.to(torch.float32)
+    e = vector_exponent(y)
+    least = torch.where(y != 0, y.abs(), torch.full_like(y, float("inf"))).amin(-1)
+    e_least = torch.where(torch.isinf(least), e, ((least.view(torch.int32) >> 23) & 0xFF) - 127 - 1)
+    short = (e + 25 - 7 * count - e_least).clamp(min=0)  # bits the first pass leaves out
+    return 1 + (short + 7 * count - 2) // (7 * count - 1)
+
+
+def codes_products(codes: torch.Tensor, y: torch.Tensor, count: int = STEP_DIGITS,
+                   passes: int | None = 1) -> torch.Tensor:
     """``C y`` for int8 codes ``[..., V, K]`` and fp32 vectors ``y`` ``[..., P, K]`` as the Gluon
     kernel computes it: ``y`` in ``count`` digits, exact integer products, the digit sums weighed
-    back in fp32. Returns fp32 ``[..., P, V]``."""
-    d, e = digits(y, count)  # [..., P, count, K], [..., P]
-    exact = torch.einsum("...vk,...pdk->...pdv", codes.to(torch.int64), d.to(torch.int64))  # |.| < 2^21
+    back in fp32; ``passes`` digit passes (the Gluon kernel: one; None: as many as
+    ``passes_needed`` asks for the batch's widest vector, every element then held to fp32's 24
+    bits), each on the previous pass's remainders scaled up by ``2^(7 count - 1)``. Returns fp32
+    ``[..., P, V]``."""
+    y = y.to(torch.float32)
+    e = vector_exponent(y)
+    if passes is None:
+        passes = int(passes_needed(y, count).max())
     weight = 2.0 ** (-STEP_DIGIT_BITS * torch.arange(count, dtype=torch.float32, device=y.device))
-    sums = (exact.to(torch.float32) * weight[:, None]).sum(-2)  # [..., P, V]
-    return sums * _pow2(e - 5).unsqueeze(-1)
+    z = y * _pow2(5 - e).unsqueeze(-1)
+    total = torch.zeros(y.shape[:-1] + codes.shape[-2:-1], dtype=torch.float32, device=y.device)
+    for p in range(passes):
+        d, z = _digit_pass(z, count)
+        exact = torch.einsum("...vk,...pdk->...pdv", codes.to(torch.int64), d.to(torch.int64))  # |.| < 2^21
+        sums = (exact.to(torch.float32) * weight[:, None]).sum(-2)  # [..., P, V]
+        total = total + sums * _pow2(e - 5 - p * (7 * count - 1)).unsqueeze(-1)
+        z = z * 2.0 ** (7 * count - 1)
+    return total
 
 
 def step_products(codes, s_k, s_v, u, q, kbuf, ubuf, w, pc, D, x, dtype: torch.dtype = torch.float32,
-                  count: int = STEP_DIGITS):
+                  count: int = STEP_DIGITS, passes: int | None = None):
     """``naive.step_products`` (same arguments, fp32 only) with the codes' term from
     ``codes_products``: ``S x = s_v * (C (f * x)) + Q^T (U' x) + sum_j ubuf_j w_j ((kbuf_j * D_j) . x)``."""
     assert dtype == torch.float32
     tokens_and_window = naive.step_products(torch.zeros_like(codes), s_k, s_v, u, q, kbuf, ubuf, w, pc, D, x, dtype)
     f = s_k.to(dtype).unsqueeze(-2) * pc.to(dtype).unsqueeze(-2) / QMAX
-    return codes_products(codes, f * x.to(dtype), count) * s_v.to(dtype).unsqueeze(-2) + tokens_and_window
+    return codes_products(codes, f * x.to(dtype), count, passes) * s_v.to(dtype).unsqueeze(-2) + tokens_and_window
 
 
 def step_emulated(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b, A_log, dt_bias,
-                  count: int = STEP_DIGITS):
+                  count: int = STEP_DIGITS, passes: int | None = 1):
     """The decode step with the Gluon kernel's codes products (``step_products`` here); the other
     phases as ``naive.step_cpu``. Arguments and results: ``naive.step_reference``'s; ``count``: the
-    digits a vector (the kernel's ``STEP_DIGITS``; fewer to see the criterion fail)."""
+    digits a vector (the kernel's ``STEP_DIGITS``; fewer to see the criterion fail); ``passes`` as
+    in ``codes_products`` (one, as the kernel; None: as many as the vectors' spread needs)."""
     def products(*args):
-        return step_products(*args, count=count)
+        return step_products(*args, count=count, passes=passes)
 
     return naive.step_with_products(products, codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a,
                                     b, A_log, dt_bias)
