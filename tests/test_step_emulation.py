@@ -110,13 +110,14 @@ def test_digits_lose_channels_far_below_the_largest():
 def test_passes_cover_the_spread_of_a_vector():
     y = torch.tensor([[1.0, 2.0**-30, 2.0**-70, 0.0, -(2.0**-100)], [1.0, 2.0**-16, 0.0, 0.0, 0.0],
                       [0.0] * 5])
-    assert emu.passes_needed(y).tolist() == [4, 1, 1]
+    assert emu.passes_needed(y, count=6).tolist() == [4, 1, 1]
+    assert emu.passes_needed(torch.tensor([[2.0**120, 3 * 2.0**-120]]), count=6).tolist() == [4]  # capped
     # every element held exactly: the products equal the fp64 ones to the fp32 sums' rounding
     codes = torch.tensor([[[127, 1, 0, 0, 0], [0, 0, 1, 0, -1]]], dtype=torch.int8)
-    got = emu.codes_products(codes, y[:1].unsqueeze(0), passes=None).double()
+    got = emu.codes_products(codes, y[:1].unsqueeze(0), count=6, passes=None).double()
     exact = torch.einsum("bvk,bpk->bpv", codes.double(), y[:1].unsqueeze(0).double())
     assert torch.allclose(got, exact, rtol=2.0**-22, atol=0.0)
-    one = emu.codes_products(codes, y[:1].unsqueeze(0), passes=1).double()
+    one = emu.codes_products(codes, y[:1].unsqueeze(0), count=6, passes=1).double()
     assert not torch.allclose(one, exact, rtol=2.0**-22, atol=0.0)  # row 1 (2^-70 + 2^-100) is below one pass
 
 

@@ -71,16 +71,22 @@ def digits(y: torch.Tensor, count: int = STEP_DIGITS) -> tuple[torch.Tensor, tor
     return d, e
 
 
+SCALED_REACH = 131  # bits below 2^e that y 2^(5 - e) keeps as normal fp32 (2^-126 = 2^(e-131) 2^(5-e))
+
+
 def passes_needed(y: torch.Tensor, count: int = STEP_DIGITS) -> torch.Tensor:
-    """Digit passes that hold every element of ``y`` [..., K] to fp32's 24 bits, int ``[...]``: one
+    """Digit passes that hold the elements of ``y`` [..., K] to fp32's 24 bits, int ``[...]``: one
     pass carries ``7 count - 1`` bits below the vector's largest element (exact for elements
     within ``2^(7 count - 25)`` of it), each further pass, on the remainders, ``7 count - 1``
-    more; the least nonzero |y| decides (a margin of one bit for the kernel's estimates)."""
+    more; the least nonzero |y| decides (a margin of one bit for the kernel's estimates). The
+    passes work on y scaled once by ``2^(5 - e)``, so elements more than ``SCALED_REACH`` bits
+    below the largest are already subnormal there and lose bits whatever the count: the count is
+    capped at the passes that reach that far (four with six digits)."""
     y = y.to(torch.float32)
     e = vector_exponent(y)
     least = torch.where(y != 0, y.abs(), torch.full_like(y, float("inf"))).amin(-1)
     e_least = torch.where(torch.isinf(least), e, ((least.view(torch.int32) >> 23) & 0xFF) - 127 - 1)
-    short = (e + 25 - 7 * count - e_least).clamp(min=0)  # bits the first pass leaves out
+    short = (e + 25 - 7 * count - e_least).clamp(min=0, max=SCALED_REACH + 25 - 7 * count)  # bits one pass leaves out
     return 1 + (short + 7 * count - 2) // (7 * count - 1)
 
 
@@ -89,8 +95,9 @@ def codes_products(codes: torch.Tensor, y: torch.Tensor, count: int = STEP_DIGIT
     """``C y`` for int8 codes ``[..., V, K]`` and fp32 vectors ``y`` ``[..., P, K]`` as the Gluon
     kernel computes it: ``y`` in ``count`` digits, exact integer products, the digit sums weighed
     back in fp32; ``passes`` digit passes (the Gluon kernel: one; None: as many as
-    ``passes_needed`` asks for the batch's widest vector, every element then held to fp32's 24
-    bits), each on the previous pass's remainders scaled up by ``2^(7 count - 1)``. Returns fp32
+    ``passes_needed`` asks for the batch's widest vector, every element within ``SCALED_REACH``
+    bits of its vector's largest then held to fp32's 24 bits), each on the previous pass's
+    remainders scaled up by ``2^(7 count - 1)``. Returns fp32
     ``[..., P, V]``."""
     y = y.to(torch.float32)
     e = vector_exponent(y)
