@@ -42,7 +42,7 @@ HELPER_PHASE = {
     "_split3_bf16": "thin products", "_select_rows": "thin products",
     "basis": "bases", "_unit_scale": "bases", "_gram": "bases", "_pick": "bases", "_dot": "bases",
     "_cholesky_pass": "bases", "_inv_norm": "bases", "_at_least_0": "bases", "_orthonormal_cols": "bases",
-    "_replace_dependent": "bases", "_exponent": "bases", "_pow2": "bases",
+    "_replace_dependent": "bases",
     "_guard_overflow": "tokens", "residual": "residual",
     "scales_and_codes": "scales and codes", "_column_sums": "scales and codes",
     "_store_checkpoint": "stores and resets", "_reset_window": "stores and resets",
@@ -80,18 +80,27 @@ def line_phases() -> dict:
 
 
 LIBRARY = "reductions (triton's library code: sums, maxima)"
+# helpers of the package's own neutral modules the kernel inlines, by file (nvdisasm gives no call
+# site for them either)
+SHARED = {"kda/fp32_bits.py": "exponent bits (fp32_bits: pow2, exponent; bases and tokens)"}
 
 
 def address_lines(cubin: bytes) -> dict:
-    """SASS address -> the flush/gluon_kernel.py line it belongs to, or LIBRARY for code inlined from
-    triton's own library (the reductions' combine steps: nvdisasm gives no call site for them)."""
+    """SASS address -> the flush/gluon_kernel.py line it belongs to, or a label: SHARED's for code
+    inlined from the package's neutral modules, LIBRARY for code inlined from triton's own library
+    (the reductions' combine steps)."""
     tool = nvidia_tool("nvdisasm")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
         out = subprocess.run([tool, "-g", "-c", f.name], capture_output=True, text=True, check=True).stdout
-    return {offset: where[1] if where[0].endswith("flush/gluon_kernel.py") else LIBRARY
-            for offset, (where, _) in line_table(out).items() if where}
+
+    def where_label(path: str, line: int):
+        if path.endswith("flush/gluon_kernel.py"):
+            return line
+        return next((label for name, label in SHARED.items() if path.endswith(name)), LIBRARY)
+
+    return {offset: where_label(*where) for offset, (where, _) in line_table(out).items() if where}
 
 
 def cell(text: str) -> str:
@@ -119,7 +128,7 @@ def main():
     ops = collections.defaultdict(collections.Counter)
     for r in rows:
         line = table.get(int(r[ix["Address"]], 16) - base)
-        p = LIBRARY if line == LIBRARY else phases.get(line, "unmapped")
+        p = line if isinstance(line, str) else phases.get(line, "unmapped")
         samples[p] += float(r[ix["Warp Stall Sampling (All Samples)"]] or 0)
         executed[p] += float(r[ix["Instructions Executed"]] or 0)
         wavefronts += float(r[ix["L1 Wavefronts Shared"]] or 0)

@@ -51,6 +51,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_
                                                                  warpgroup_mma_wait)
 
 from ..geometry import ILL_COLUMN, H, K
+from ..fp32_bits import exponent, pow2
 from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flush_arguments, pool_picks,
                       resident_ctas)
 
@@ -135,18 +136,6 @@ def _add(a, b):
 @gluon.jit
 def _mul(a, b):
     return a * b
-
-
-@gluon.jit
-def _pow2(e):
-    # 2^e for integer e in [-126, 127], exact, from the exponent bits
-    return ((e + 127) << 23).to(gl.float32, bitcast=True)
-
-
-@gluon.jit
-def _exponent(x):
-    # e with 2^e <= x < 2^(e+1) for x >= 0 (-127 for 0 and subnormals)
-    return ((x.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127
 
 
 @gluon.jit
@@ -338,8 +327,8 @@ def _guard_overflow(u, q, LIMIT: gl.constexpr):
     # The checkpoint stores only q^T u: where fp16 u_r would overflow, a power of two moves from
     # u_r to q_r (exact for q^T u)
     mu = gl.max(gl.abs(u), axis=0)
-    e = gl.where(mu > LIMIT, _exponent(mu / LIMIT) + 1, 0)
-    return u * _pow2(-e), q * _pow2(e)
+    e = gl.where(mu > LIMIT, exponent(mu / LIMIT) + 1, 0)
+    return u * pow2(-e), q * pow2(e)
 
 
 # int8 codes -> bf16, four at a time: each byte (offset to unsigned) into the mantissa of 2^23,
@@ -411,8 +400,8 @@ def _part_sums(acc, NN: gl.constexpr):
 def _unit_scale(x):
     # x / 2^e with max|x / 2^e| in [1, 2) for an [N] vector (VEC): what the bases see, so that
     # tiny or huge states keep their fp32 norms (Cholesky QR and Gram-Schmidt do not see it)
-    e = gl.minimum(gl.maximum(_exponent(gl.max(gl.abs(x), axis=0)), -126), 126)
-    return x * _pow2(-e)
+    e = gl.minimum(gl.maximum(exponent(gl.max(gl.abs(x), axis=0)), -126), 126)
+    return x * pow2(-e)
 
 
 # --- SPEC phases (the same names in naive.py, emulation.py and triton_kernel.py) -----------------

@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from ..geometry import ILL_COLUMN, H
+from ..fp32_bits import exponent, pow2
 from ..launch import FLAG_TILE, FLUSH_CONSTANTS, flush_arguments, interpreting, pool_picks, resident_ctas
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the thin operands ride in a 16-column block
@@ -75,18 +76,6 @@ def _split3_bf16(x):
     hi, mid = _split_bf16(x)
     lo = ((x - hi.to(tl.float32)) - mid.to(tl.float32)).to(tl.bfloat16)
     return hi, mid, lo
-
-
-@triton.jit
-def _pow2(e):
-    # 2^e for integer e in [-126, 127], exact, from the exponent bits
-    return ((e + 127) << 23).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _exponent(x):
-    # e with 2^e <= x < 2^(e+1) for x >= 0 (-127 for 0 and subnormals)
-    return ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
 
 
 @triton.jit
@@ -234,10 +223,10 @@ def _unit_columns(a0, a1, a2, a3):
     # columns stay zero), exactly: a change of basis by a positive diagonal, which the Q of a
     # QR factorisation does not see
     m0, m1, m2, m3 = _split4(tl.max(_join4(tl.abs(a0), tl.abs(a1), tl.abs(a2), tl.abs(a3)), axis=0))
-    return (a0 * _pow2(-tl.minimum(tl.maximum(_exponent(m0), -126), 126)),
-            a1 * _pow2(-tl.minimum(tl.maximum(_exponent(m1), -126), 126)),
-            a2 * _pow2(-tl.minimum(tl.maximum(_exponent(m2), -126), 126)),
-            a3 * _pow2(-tl.minimum(tl.maximum(_exponent(m3), -126), 126)))
+    return (a0 * pow2(-tl.minimum(tl.maximum(exponent(m0), -126), 126)),
+            a1 * pow2(-tl.minimum(tl.maximum(exponent(m1), -126), 126)),
+            a2 * pow2(-tl.minimum(tl.maximum(exponent(m2), -126), 126)),
+            a3 * pow2(-tl.minimum(tl.maximum(exponent(m3), -126), 126)))
 
 
 @triton.jit
@@ -261,7 +250,7 @@ def basis(a0, a1, a2, a3, NORM_MIN: tl.constexpr, DROP: tl.constexpr, FLAG_BELOW
 @triton.jit
 def _guard_scale(mu, LIMIT: tl.constexpr):
     # the power of two that keeps fp16 u_r finite: 2^e with max|u_r| / 2^e <= LIMIT
-    return tl.where(mu > LIMIT, _exponent(mu / LIMIT) + 1, 0)
+    return tl.where(mu > LIMIT, exponent(mu / LIMIT) + 1, 0)
 
 
 @triton.jit
@@ -379,8 +368,8 @@ def _flush_program(
         e0, e1, e2, e3 = _split4(tl.max(_join4(tl.abs(u0), tl.abs(u1), tl.abs(u2), tl.abs(u3)), axis=0))
         e0, e1, e2, e3 = (_guard_scale(e0, U_LIMIT), _guard_scale(e1, U_LIMIT), _guard_scale(e2, U_LIMIT),
                           _guard_scale(e3, U_LIMIT))
-        u_rep = _replicate(u0 * _pow2(-e0), u1 * _pow2(-e1), u2 * _pow2(-e2), u3 * _pow2(-e3), RP).to(tl.float16)
-        q_rep = _replicate(p0 * _pow2(e0), p1 * _pow2(e1), p2 * _pow2(e2), p3 * _pow2(e3), RP).to(tl.float16)
+        u_rep = _replicate(u0 * pow2(-e0), u1 * pow2(-e1), u2 * pow2(-e2), u3 * pow2(-e3), RP).to(tl.float16)
+        q_rep = _replicate(p0 * pow2(e0), p1 * pow2(e1), p2 * pow2(e2), p3 * pow2(e3), RP).to(tl.float16)
         u_rep_t = tl.trans(u_rep)  # [RP, K], row r = u_new[r]
 
         e = residual(cb, s_v, f, At, k_hi, k_mid, k_lo, q_rep, u_rep_t, RP, UPCAST)

@@ -30,19 +30,22 @@ from __future__ import annotations
 import torch
 
 from ..geometry import QMAX, STEP_DIGIT_BITS, STEP_DIGITS
+from ..launch import ROUND_MAGIC  # t + ROUND_MAGIC rounds t (|t| <= 2^22) half to even in fp32
 from . import naive
 
-ROUND = 12582912.0  # 1.5 * 2**23: t + ROUND rounds t (|t| <= 2^22) half to even in fp32
 LOWEST_EXPONENT = -121  # 2^(5 - e) stays finite
 HIGHEST_EXPONENT = 126
+
+
+def _exponent(x: torch.Tensor) -> torch.Tensor:
+    # e with 2^e <= x < 2^(e+1) for fp32 x >= 0, from the exponent bits (-127 for 0 and subnormals)
+    return ((x.to(torch.float32).view(torch.int32) >> 23) & 0xFF) - 127
 
 
 def vector_exponent(y: torch.Tensor) -> torch.Tensor:
     """The exponent e of ``max |y|`` over the last dim (fp32 bits; ``max |y|`` in [2^e, 2^(e+1))),
     clamped to [``LOWEST_EXPONENT``, ``HIGHEST_EXPONENT``]; int32 ``y.shape[:-1]``."""
-    big = y.abs().amax(-1).to(torch.float32)
-    e = ((big.view(torch.int32) >> 23) & 0xFF) - 127
-    return e.clamp(LOWEST_EXPONENT, HIGHEST_EXPONENT)
+    return _exponent(y.abs().amax(-1)).clamp(LOWEST_EXPONENT, HIGHEST_EXPONENT)
 
 
 def _pow2(e: torch.Tensor) -> torch.Tensor:
@@ -54,8 +57,8 @@ def _digit_pass(z: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor
     # z = sum_d digit_d 2^(-7 d) + rest, |rest| <= 2^(6 - 7 count)
     out = []
     for d in range(count):
-        t = z * 2.0 ** (STEP_DIGIT_BITS * d) + ROUND
-        digit = t - ROUND
+        t = z * 2.0 ** (STEP_DIGIT_BITS * d) + ROUND_MAGIC
+        digit = t - ROUND_MAGIC
         z = z - digit * 2.0 ** (-STEP_DIGIT_BITS * d)
         out.append(digit.to(torch.int8))
     return torch.stack(out, -2), z
@@ -85,9 +88,10 @@ def passes_needed(y: torch.Tensor, count: int = STEP_DIGITS) -> torch.Tensor:
     y = y.to(torch.float32)
     e = vector_exponent(y)
     least = torch.where(y != 0, y.abs(), torch.full_like(y, float("inf"))).amin(-1)
-    e_least = torch.where(torch.isinf(least), e, ((least.view(torch.int32) >> 23) & 0xFF) - 127 - 1)
-    short = (e + 25 - 7 * count - e_least).clamp(min=0, max=SCALED_REACH + 25 - 7 * count)  # bits one pass leaves out
-    return 1 + (short + 7 * count - 2) // (7 * count - 1)
+    e_least = torch.where(torch.isinf(least), e, _exponent(least) - 1)
+    bits = STEP_DIGIT_BITS * count
+    short = (e + 25 - bits - e_least).clamp(min=0, max=SCALED_REACH + 25 - bits)  # bits one pass leaves out
+    return 1 + (short + bits - 2) // (bits - 1)
 
 
 def codes_products(codes: torch.Tensor, y: torch.Tensor, count: int = STEP_DIGITS,
@@ -110,13 +114,13 @@ def codes_products(codes: torch.Tensor, y: torch.Tensor, count: int = STEP_DIGIT
         d, z = _digit_pass(z, count)
         exact = torch.einsum("...vk,...pdk->...pdv", codes.to(torch.int64), d.to(torch.int64))  # |.| < 2^21
         sums = (exact.to(torch.float32) * weight[:, None]).sum(-2)  # [..., P, V]
-        total = total + sums * _pow2(e - 5 - p * (7 * count - 1)).unsqueeze(-1)
-        z = z * 2.0 ** (7 * count - 1)
+        total = total + sums * _pow2(e - 5 - p * (STEP_DIGIT_BITS * count - 1)).unsqueeze(-1)
+        z = z * 2.0 ** (STEP_DIGIT_BITS * count - 1)
     return total
 
 
 def step_products(codes, s_k, s_v, u, q, kbuf, ubuf, w, pc, D, x, dtype: torch.dtype = torch.float32,
-                  count: int = STEP_DIGITS, passes: int | None = None):
+                  count: int = STEP_DIGITS, passes: int | None = 1):
     """``naive.step_products`` (same arguments, fp32 only) with the codes' term from
     ``codes_products``: ``S x = s_v * (C (f * x)) + Q^T (U' x) + sum_j ubuf_j w_j ((kbuf_j * D_j) . x)``."""
     assert dtype == torch.float32

@@ -42,6 +42,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import async_copy
 
 from ..geometry import STEP_DIGIT_BITS, STEP_DIGITS, H
+from ..fp32_bits import exponent, pow2
 from ..launch import GLUON_VERIFIED_TRITON, STEP_UNSPECIALISED, step_arguments
 from .tl_common import entry_decay, round_bf16, token_side, write_entry
 
@@ -85,12 +86,6 @@ COPY_HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))  #
 CODES_STAGE = gl.constexpr(gl.SwizzledSharedLayout(16, 1, 8, [1, 0]))  # also the digits' [16, K] rows
 PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
 @gluon.jit
-def _pow2(e):
-    # 2^e (fp32) for an integer e in [-126, 127]
-    return ((e + 127) << 23).to(gl.float32, bitcast=True)
-
-
-@gluon.jit
 def _digit_rows(y, rows, first: gl.constexpr, scale, MAGIC: gl.constexpr):
     # y * scale (|y * scale| < 64) = sum_d digit_d 2^(-7 d) + (a remainder below 2^(-7 DIGITS)),
     # digits rounded to nearest, |digit_d| <= 64; digit d goes to row first + d of ``rows`` (int8,
@@ -116,11 +111,11 @@ def _codes_products(codes_s, digits_s, yk, yq, mk, mq, MAGIC: gl.constexpr, NV: 
     # in magnitude; clamped so that the power stays finite: a vector below 2^-121 loses digits, as
     # fp32 flushes it), one mma.sync chain over k, the int32 sums (|sum| < 2^21: exact) weighted
     # back in fp32
-    ek = gl.minimum(gl.maximum(((mk.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127, -121), 126)
-    eq = gl.minimum(gl.maximum(((mq.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 127, -121), 126)
+    ek = gl.minimum(gl.maximum(exponent(mk), -121), 126)
+    eq = gl.minimum(gl.maximum(exponent(mq), -121), 126)
     rows = gl.zeros([THIN_COLS, NK], gl.int8, WIN)
-    rows = _digit_rows(yk, rows, 0, _pow2(5 - ek), MAGIC)
-    rows = _digit_rows(yq, rows, THIN_COLS // 2, _pow2(5 - eq), MAGIC)
+    rows = _digit_rows(yk, rows, 0, pow2(5 - ek), MAGIC)
+    rows = _digit_rows(yq, rows, THIN_COLS // 2, pow2(5 - eq), MAGIC)
     digits_s.store(rows)
     acc = gl.zeros([NV, THIN_COLS], gl.int32, MMA)
     for i in gl.static_range(NK // K_STEP):
@@ -128,11 +123,11 @@ def _codes_products(codes_s, digits_s, yk, yq, mk, mq, MAGIC: gl.constexpr, NV: 
         b = digits_s.slice(K_STEP * i, K_STEP, dim=1).permute((1, 0)).load(DIGITS_B)
         acc = mma_v2(a, b, acc)
     n = gl.arange(0, THIN_COLS, layout=gl.SliceLayout(0, MMA))
-    weight = _pow2(-DIGIT_BITS * (n % (THIN_COLS // 2)))  # digit d's 2^(-7 d)
+    weight = pow2(-DIGIT_BITS * (n % (THIN_COLS // 2)))  # digit d's 2^(-7 d)
     sums = gl.sum(gl.reshape(acc.to(gl.float32) * weight[None, :], [NV, 2, THIN_COLS // 2]), axis=2)
     ck, cq = gl.split(gl.convert_layout(sums, PAIR_COL))
-    ck = gl.convert_layout(ck, COL, assert_trivial=True) * _pow2(ek - 5)
-    cq = gl.convert_layout(cq, COL, assert_trivial=True) * _pow2(eq - 5)
+    ck = gl.convert_layout(ck, COL, assert_trivial=True) * pow2(ek - 5)
+    cq = gl.convert_layout(cq, COL, assert_trivial=True) * pow2(eq - 5)
     return ck, cq
 
 
