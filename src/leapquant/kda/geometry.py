@@ -21,9 +21,9 @@ TOKEN_LIMIT = 2.0**14  # max|u_r| above this moves powers of two from u_r to q_r
 # on the unit-scaled qk path, the reference's path
 ILL_COLUMN = 1e-8
 # The Gluon decode step's codes products on the integer tensor cores: each thin vector f x as
-# STEP_DIGITS signed digits of STEP_DIGIT_BITS bits under one power of two (41 bits below its
-# largest element; step/emulation.py)
-STEP_DIGITS = 6
+# STEP_DIGITS signed digits of STEP_DIGIT_BITS bits under one power of two (55 bits below its
+# largest element with eight: fp32's 24 bits for every element within 2^31 of it; step/emulation.py)
+STEP_DIGITS = 8
 STEP_DIGIT_BITS = 7
 
 # Pool layout (SPEC section 7), in fp32 words unless the name says bytes.

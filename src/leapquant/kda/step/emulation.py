@@ -14,10 +14,10 @@ maximum of the rounded products; every digit stays within 64); this emulation ta
 maximum. The products
 ``C digit_d`` are exact int32 sums (|sum| <= 64 * 127 * 128 < 2^21); the kernel weighs them back in
 fp32: ``C y = 2^(e - 5) sum_d 2^(-7 d) (C digit_d)``. Two departures from exact products: the
-fp32 sum of the six weighed digit sums (about 2^-23 of ``sum_k |c_k y_k|``, below the fp32 FFMA
+fp32 sum of the weighed digit sums (about 2^-23 of ``sum_k |c_k y_k|``, below the fp32 FFMA
 path's own rounding), and ``rest``: at most ``2^(e + 1 - 7 DIGITS)`` per element in y's units,
-41 bits below the vector's largest element with six digits. So every element within 2^17 of the
-largest keeps fp32's 24 bits; an element further below keeps fewer, and a row whose codes are
+55 bits below the vector's largest element with the kernel's eight digits (41 with six). So every
+element within 2^31 of the largest keeps fp32's 24 bits; an element further below keeps fewer, and a row whose codes are
 zero on every channel near the largest (an empty window, negligible tokens and beta v) can then
 miss the criterion where the fp32 path meets it (``tests/test_step_emulation.py``,
 ``one_dominant_channel``: fails from a 2^24 spread with six digits, 2^38 with eight).
@@ -34,7 +34,7 @@ from ..launch import ROUND_MAGIC  # t + ROUND_MAGIC rounds t (|t| <= 2^22) half 
 from . import naive
 
 LOWEST_EXPONENT = -121  # 2^(5 - e) stays finite
-HIGHEST_EXPONENT = 126
+HIGHEST_EXPONENT = 127
 
 
 def _exponent(x: torch.Tensor) -> torch.Tensor:
@@ -84,7 +84,7 @@ def passes_needed(y: torch.Tensor, count: int = STEP_DIGITS) -> torch.Tensor:
     more; the least nonzero |y| decides (a margin of one bit for the kernel's estimates). The
     passes work on y scaled once by ``2^(5 - e)``, so elements more than ``SCALED_REACH`` bits
     below the largest are already subnormal there and lose bits whatever the count: the count is
-    capped at the passes that reach that far (four with six digits)."""
+    capped at the passes that reach that far (three with eight digits, four with six)."""
     y = y.to(torch.float32)
     e = vector_exponent(y)
     least = torch.where(y != 0, y.abs(), torch.full_like(y, float("inf"))).amin(-1)

@@ -8,7 +8,7 @@ shared-memory rounds, and the codes products on the integer tensor cores:
 - the codes products ``C (f kn)`` and ``C (f qn)``: mma.sync m16n8k32 s8 with the staged codes as
   the A operand as they are (no conversion), and each thin vector ``f x`` as ``STEP_DIGITS``
   signed 7-bit digits under one power of two (B [K, 16]: an int8 [16, K] buffer written once);
-  the int32 sums are exact and weighed back in fp32 (41 bits below the vector's largest element;
+  the int32 sums are exact and weighed back in fp32 (55 bits below the vector's largest element;
   ``emulation.py`` holds the same arithmetic in PyTorch, tested on the CPU);
 - the window [L, N] (kbuf, gbuf, ubuf) and the tokens [R, N] (u, q): a thread owns a whole column,
   so the entry decays' running product and the sums over j and r are in-thread;
@@ -25,8 +25,9 @@ cores took 3% off at B >= 256 (21% fewer SASS instructions, 22% fewer executed: 
 issue slots, each program being a chain of loads, reductions and exchanges), 6 CTAs an SM another
 2-3%, and one cross-warp reduction for the token's sums and the digits' scale (``token_side``)
 6-8% more: 0.0792 / 0.1493 ms at B = 256 / 512, 1.17x / 1.10x the step issue's memory floor.
-The digits carry 41 bits below the largest element of f x (``emulation.py``; NOTES.md, "The
-digits' range"). NOTES.md lists what was tried.
+The eight digits carry 55 bits below the largest element of f x: fp32 precision for every element
+within 2^31 of it (``emulation.py``; NOTES.md, "The digits' range"; six digits before the tenth
+session, as fast on the H200). NOTES.md lists what was tried.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
@@ -111,8 +112,8 @@ def _codes_products(codes_s, digits_s, yk, yq, mk, mq, MAGIC: gl.constexpr, NV: 
     # in magnitude; clamped so that the power stays finite: a vector below 2^-121 loses digits, as
     # fp32 flushes it), one mma.sync chain over k, the int32 sums (|sum| < 2^21: exact) weighted
     # back in fp32
-    ek = gl.minimum(gl.maximum(exponent(mk), -121), 126)
-    eq = gl.minimum(gl.maximum(exponent(mq), -121), 126)
+    ek = gl.minimum(gl.maximum(exponent(mk), -121), 127)
+    eq = gl.minimum(gl.maximum(exponent(mq), -121), 127)
     rows = gl.zeros([THIN_COLS, NK], gl.int8, WIN)
     rows = _digit_rows(yk, rows, 0, pow2(5 - ek), MAGIC)
     rows = _digit_rows(yq, rows, THIN_COLS // 2, pow2(5 - eq), MAGIC)
