@@ -52,6 +52,6 @@ def test_portable_flush_launch_names_every_argument(monkeypatch, in_place):
 def test_gluon_flush_launch_names_every_argument(monkeypatch, in_place):
     gluon_kernel = pytest.importorskip("leapquant.kda.flush.gluon_kernel")
     if triton.__version__ not in gluon_kernel.VERIFIED_TRITON:
-        pytest.skip(f"Gluon kernel verified with triton {gluon_kernel.VERIFIED_TRITON}")
+        pytest.skip(f"Gluon kernel verified with triton {gluon_kernel.VERIFIED_TRITON} (the `dev` extra installs it)")
     names, params = _launched_names(monkeypatch, gluon_kernel, in_place)
     assert names == set(params)

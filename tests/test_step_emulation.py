@@ -34,8 +34,8 @@ def test_digits_reconstruct_each_element_to_the_bound():
     back = (d.double() * w[:, None]).sum(-2) * torch.exp2(e.double() - 5).unsqueeze(-1)
     bound = torch.exp2(e.double() + 1 - STEP_DIGIT_BITS * STEP_DIGITS).unsqueeze(-1)
     assert bool(((back - y64).abs() <= bound).all())
-    # elements within 2^-17 of their vector's largest keep all 24 bits: exact
-    big = y.abs() >= y.abs().amax(-1, keepdim=True) * 2.0**-17
+    # elements within 2^-(7 STEP_DIGITS - 25) of their vector's largest keep all 24 bits: exact
+    big = y.abs() >= y.abs().amax(-1, keepdim=True) * 2.0 ** -(STEP_DIGIT_BITS * STEP_DIGITS - 25)
     assert torch.equal(back[big], y64[big])
     assert bool((back[3] == 0).all())
 
@@ -114,6 +114,8 @@ def test_passes_cover_the_spread_of_a_vector():
                       [0.0] * 5])
     assert emu.passes_needed(y, count=6).tolist() == [4, 1, 1]
     assert emu.passes_needed(torch.tensor([[2.0**120, 3 * 2.0**-120]]), count=6).tolist() == [4]  # capped
+    assert emu.passes_needed(y, count=8).tolist() == [3, 1, 1]
+    assert emu.passes_needed(torch.tensor([[2.0**120, 3 * 2.0**-120]]), count=8).tolist() == [3]  # capped
     # every element held exactly: the products equal the fp64 ones to the fp32 sums' rounding
     codes = torch.tensor([[[127, 1, 0, 0, 0], [0, 0, 1, 0, -1]]], dtype=torch.int8)
     got = emu.codes_products(codes, y[:1].unsqueeze(0), count=6, passes=None).double()
@@ -129,3 +131,15 @@ def test_digit_passes_hold_the_criterion_where_fp32_does(spread_bits):
     assert step_criterion.judge(naive.step_cpu(**x), x)[0]
     ok, worst = step_criterion.judge(emu.step_emulated(**x, passes=None), x)
     assert ok, worst
+
+
+@pytest.mark.parametrize("largest", [2.0**127 * 1.99, 2.0**127, 2.0**127 * 1.5, torch.finfo(torch.float32).max])
+def test_digits_stay_in_range_at_the_largest_fp32_values(largest):
+    # the exponent clamp at 127 (geometry.STEP_EXPONENT_RANGE): the first digit stays within 64 up
+    # to fp32's largest value (at 126 it reached 96 at 1.5 2^127, and wrapped to -128 at the top)
+    y = torch.tensor([[largest, -largest / 3, 2.0**100, 1.0]], dtype=torch.float32)
+    d, e = emu.digits(y)
+    assert int(e) == 127 and int(d.abs().max()) <= 2 ** (STEP_DIGIT_BITS - 1)
+    codes = torch.eye(4, dtype=torch.int8).unsqueeze(0)  # C y = y, element by element
+    got = emu.codes_products(codes, y.unsqueeze(0), passes=1)
+    assert torch.isfinite(got).all() and torch.equal(got[0, 0, :3], y[0, :3])

@@ -25,6 +25,9 @@ ILL_COLUMN = 1e-8
 # largest element with eight: fp32's 24 bits for every element within 2^31 of it; step/emulation.py)
 STEP_DIGITS = 8
 STEP_DIGIT_BITS = 7
+# the exponent e of a vector's largest element, clamped before the digits' scale 2^(5 - e): from
+# -121 (the scale stays finite) to 127 (the first digit stays within 64 up to fp32's largest)
+STEP_EXPONENT_RANGE = (-121, 127)
 
 # Pool layout (SPEC section 7), in fp32 words unless the name says bytes.
 POOL_OFFSET_WORDS = 12288  # OFF: words before slot 0

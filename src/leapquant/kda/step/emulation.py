@@ -5,7 +5,7 @@ The step needs ``C (f x)`` for x = kn and qn (``naive.step_products``), C the in
 The kernel feeds the codes to mma.sync m16n8k32 s8 as they are stored, and each thin vector
 ``y = f x`` [K] as ``DIGITS`` signed ``DIGIT_BITS``-bit digits under one power of two:
 
-    e = exponent of max_k |y_k|  (clamped to [-121, 126])     z = y 2^(5 - e),  |z| < 64
+    e = exponent of max_k |y_k|  (clamped to [-121, 127])     z = y 2^(5 - e),  |z| < 64
     z = sum_d digit_d 2^(-7 d) + rest,   |digit_d| <= 64,   |rest| <= 2^(-7 DIGITS + 6)
 
 each digit rounded to nearest from the remainder so far (every step exact in fp32). The kernel
@@ -16,8 +16,8 @@ maximum. The products
 fp32: ``C y = 2^(e - 5) sum_d 2^(-7 d) (C digit_d)``. Two departures from exact products: the
 fp32 sum of the weighed digit sums (about 2^-23 of ``sum_k |c_k y_k|``, below the fp32 FFMA
 path's own rounding), and ``rest``: at most ``2^(e + 1 - 7 DIGITS)`` per element in y's units,
-55 bits below the vector's largest element with the kernel's eight digits (41 with six). So every
-element within 2^31 of the largest keeps fp32's 24 bits; an element further below keeps fewer, and a row whose codes are
+55 bits below the vector's largest element with the kernel's eight digits (41 with six). So
+every element within 2^31 of the largest keeps fp32's 24 bits; an element further below keeps fewer, and a row whose codes are
 zero on every channel near the largest (an empty window, negligible tokens and beta v) can then
 miss the criterion where the fp32 path meets it (``tests/test_step_emulation.py``,
 ``one_dominant_channel``: fails from a 2^24 spread with six digits, 2^38 with eight).
@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import torch
 
-from ..geometry import QMAX, STEP_DIGIT_BITS, STEP_DIGITS
+from ..geometry import QMAX, STEP_DIGIT_BITS, STEP_DIGITS, STEP_EXPONENT_RANGE
 from ..launch import ROUND_MAGIC  # t + ROUND_MAGIC rounds t (|t| <= 2^22) half to even in fp32
 from . import naive
 
-LOWEST_EXPONENT = -121  # 2^(5 - e) stays finite
-HIGHEST_EXPONENT = 127
+LOWEST_EXPONENT, HIGHEST_EXPONENT = STEP_EXPONENT_RANGE
 
 
 def _exponent(x: torch.Tensor) -> torch.Tensor:

@@ -42,7 +42,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import async_copy
 
-from ..geometry import STEP_DIGIT_BITS, STEP_DIGITS, H
+from ..geometry import STEP_DIGIT_BITS, STEP_DIGITS, STEP_EXPONENT_RANGE, H
 from ..fp32_bits import exponent, pow2
 from ..launch import GLUON_VERIFIED_TRITON, STEP_UNSPECIALISED, step_arguments
 from .tl_common import entry_decay, round_bf16, token_side, write_entry
@@ -71,14 +71,16 @@ PAIR_KEY_COLS = gl.constexpr(gl.DistributedLinearLayout(
     warp_bases=[[0, 0]] * 2, block_bases=[], shape=[128, 2]))
 # the codes products on the integer tensor cores (mma.sync m16n8k32 s8): the codes [V, K] as the A
 # operand straight from their staged copy, the thin operand [K, 16] as B: for each of kn and qn,
-# DIGITS signed 7-bit digits of f x under one power-of-two scale (columns 0-5 and 8-13), exact
+# DIGITS signed 7-bit digits of f x under one power-of-two scale (columns 0-7 and 8-15), exact
 # int32 sums, recombined in fp32
 MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8]))
 CODES_A = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4))
 DIGITS_B = gl.constexpr(gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=4))
 DIGITS = gl.constexpr(STEP_DIGITS)  # digits a vector (step/emulation.py: the arithmetic, tested on the CPU)
 DIGIT_BITS = gl.constexpr(STEP_DIGIT_BITS)
-THIN_COLS = gl.constexpr(16)  # the B operand's columns: kn's digits in 0-7, qn's in 8-15 (the last two of each zero)
+LOWEST_EXPONENT = gl.constexpr(STEP_EXPONENT_RANGE[0])  # the digits' scale exponent, clamped (geometry.py)
+HIGHEST_EXPONENT = gl.constexpr(STEP_EXPONENT_RANGE[1])
+THIN_COLS = gl.constexpr(16)  # the B operand's columns: kn's digits in 0-7, qn's in 8-15
 K_STEP = gl.constexpr(32)  # k of one mma.sync m16n8k32
 # the copies into shared memory, 16 bytes a thread; the codes' buffer swizzled (16-byte chunks
 # xor the row) so that ldmatrix's eight 16-byte rows of an 8 x 8 matrix hit distinct banks
@@ -112,8 +114,8 @@ def _codes_products(codes_s, digits_s, yk, yq, mk, mq, MAGIC: gl.constexpr, NV: 
     # in magnitude; clamped so that the power stays finite: a vector below 2^-121 loses digits, as
     # fp32 flushes it), one mma.sync chain over k, the int32 sums (|sum| < 2^21: exact) weighted
     # back in fp32
-    ek = gl.minimum(gl.maximum(exponent(mk), -121), 127)
-    eq = gl.minimum(gl.maximum(exponent(mq), -121), 127)
+    ek = gl.minimum(gl.maximum(exponent(mk), LOWEST_EXPONENT), HIGHEST_EXPONENT)
+    eq = gl.minimum(gl.maximum(exponent(mq), LOWEST_EXPONENT), HIGHEST_EXPONENT)
     rows = gl.zeros([THIN_COLS, NK], gl.int8, WIN)
     rows = _digit_rows(yk, rows, 0, pow2(5 - ek), MAGIC)
     rows = _digit_rows(yq, rows, THIN_COLS // 2, pow2(5 - eq), MAGIC)
