@@ -82,7 +82,7 @@ def line_phases() -> dict:
 LIBRARY = "reductions (triton's library code: sums, maxima)"
 # helpers of the package's own neutral modules the kernel inlines, by file (nvdisasm gives no call
 # site for them either)
-SHARED = {"kda/fp32_bits.py": "exponent bits (fp32_bits: pow2, exponent; bases and tokens)"}
+SHARED = {"kda/fp32_bits.py": "exponent bits (fp32_bits: pow2, exponent, clamped_exponent; bases and tokens)"}
 
 
 def address_lines(cubin: bytes) -> dict:

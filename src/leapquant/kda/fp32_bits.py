@@ -18,3 +18,9 @@ def pow2(e):
 def exponent(x):
     """e with 2^e <= x < 2^(e+1) for fp32 x >= 0 (-127 for 0 and subnormals), from the exponent bits."""
     return ((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+
+
+@triton.jit
+def clamped_exponent(x, LOWEST: tl.constexpr, HIGHEST: tl.constexpr):
+    """``exponent(x)`` clamped to [LOWEST, HIGHEST] (the range whose powers of two a caller takes)."""
+    return tl.minimum(tl.maximum(exponent(x), LOWEST), HIGHEST)

@@ -51,7 +51,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_
                                                                  warpgroup_mma_wait)
 
 from ..geometry import ILL_COLUMN, H, K
-from ..fp32_bits import exponent, pow2
+from ..fp32_bits import clamped_exponent, exponent, pow2
 from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flush_arguments, pool_picks,
                       resident_ctas)
 
@@ -400,8 +400,7 @@ def _part_sums(acc, NN: gl.constexpr):
 def _unit_scale(x):
     # x / 2^e with max|x / 2^e| in [1, 2) for an [N] vector (VEC): what the bases see, so that
     # tiny or huge states keep their fp32 norms (Cholesky QR and Gram-Schmidt do not see it)
-    e = gl.minimum(gl.maximum(exponent(gl.max(gl.abs(x), axis=0)), -126), 126)
-    return x * pow2(-e)
+    return x * pow2(-clamped_exponent(gl.max(gl.abs(x), axis=0), -126, 126))
 
 
 # --- SPEC phases (the same names in naive.py, emulation.py and triton_kernel.py) -----------------

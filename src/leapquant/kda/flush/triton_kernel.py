@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from ..geometry import ILL_COLUMN, H
-from ..fp32_bits import exponent, pow2
+from ..fp32_bits import clamped_exponent, exponent, pow2
 from ..launch import FLAG_TILE, FLUSH_CONSTANTS, flush_arguments, interpreting, pool_picks, resident_ctas
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the thin operands ride in a 16-column block
@@ -223,10 +223,8 @@ def _unit_columns(a0, a1, a2, a3):
     # columns stay zero), exactly: a change of basis by a positive diagonal, which the Q of a
     # QR factorisation does not see
     m0, m1, m2, m3 = _split4(tl.max(_join4(tl.abs(a0), tl.abs(a1), tl.abs(a2), tl.abs(a3)), axis=0))
-    return (a0 * pow2(-tl.minimum(tl.maximum(exponent(m0), -126), 126)),
-            a1 * pow2(-tl.minimum(tl.maximum(exponent(m1), -126), 126)),
-            a2 * pow2(-tl.minimum(tl.maximum(exponent(m2), -126), 126)),
-            a3 * pow2(-tl.minimum(tl.maximum(exponent(m3), -126), 126)))
+    return (a0 * pow2(-clamped_exponent(m0, -126, 126)), a1 * pow2(-clamped_exponent(m1, -126, 126)),
+            a2 * pow2(-clamped_exponent(m2, -126, 126)), a3 * pow2(-clamped_exponent(m3, -126, 126)))
 
 
 @triton.jit

@@ -17,8 +17,8 @@ fp32: ``C y = 2^(e - 5) sum_d 2^(-7 d) (C digit_d)``. Two departures from exact 
 fp32 sum of the weighed digit sums (about 2^-23 of ``sum_k |c_k y_k|``, below the fp32 FFMA
 path's own rounding), and ``rest``: at most ``2^(e + 1 - 7 DIGITS)`` per element in y's units,
 55 bits below the vector's largest element with the kernel's eight digits (41 with six). So
-every element within 2^31 of the largest keeps fp32's 24 bits; an element further below keeps fewer, and a row whose codes are
-zero on every channel near the largest (an empty window, negligible tokens and beta v) can then
+every element within 2^31 of the largest keeps fp32's 24 bits; an element further below keeps
+fewer, and a row whose codes are zero on every channel near the largest (an empty window, negligible tokens and beta v) can then
 miss the criterion where the fp32 path meets it (``tests/test_step_emulation.py``,
 ``one_dominant_channel``: fails from a 2^24 spread with six digits, 2^38 with eight).
 

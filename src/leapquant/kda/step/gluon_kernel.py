@@ -43,7 +43,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import async_copy
 
 from ..geometry import STEP_DIGIT_BITS, STEP_DIGITS, STEP_EXPONENT_RANGE, H
-from ..fp32_bits import exponent, pow2
+from ..fp32_bits import clamped_exponent, pow2
 from ..launch import GLUON_VERIFIED_TRITON, STEP_UNSPECIALISED, step_arguments
 from .tl_common import entry_decay, round_bf16, token_side, write_entry
 
@@ -114,8 +114,8 @@ def _codes_products(codes_s, digits_s, yk, yq, mk, mq, MAGIC: gl.constexpr, NV: 
     # in magnitude; clamped so that the power stays finite: a vector below 2^-121 loses digits, as
     # fp32 flushes it), one mma.sync chain over k, the int32 sums (|sum| < 2^21: exact) weighted
     # back in fp32
-    ek = gl.minimum(gl.maximum(exponent(mk), LOWEST_EXPONENT), HIGHEST_EXPONENT)
-    eq = gl.minimum(gl.maximum(exponent(mq), LOWEST_EXPONENT), HIGHEST_EXPONENT)
+    ek = clamped_exponent(mk, LOWEST_EXPONENT, HIGHEST_EXPONENT)
+    eq = clamped_exponent(mq, LOWEST_EXPONENT, HIGHEST_EXPONENT)
     rows = gl.zeros([THIN_COLS, NK], gl.int8, WIN)
     rows = _digit_rows(yk, rows, 0, pow2(5 - ek), MAGIC)
     rows = _digit_rows(yq, rows, THIN_COLS // 2, pow2(5 - eq), MAGIC)
