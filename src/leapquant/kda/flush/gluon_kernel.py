@@ -147,6 +147,19 @@ def _mul(a, b):
 
 
 @gluon.jit
+def _popc(x):
+    # set bits of each int32
+    return gl.inline_asm_elementwise("popc.b32 $0, $1;", "=r,r", [x], dtype=gl.int32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def _nth_set_bit(x, n):
+    # position of the n-th (n >= 1) set bit of each int32 from bit 0 up (-1 if it has fewer)
+    return gl.inline_asm_elementwise("fns.b32 $0, $1, 0, $2;", "=r,r,r", [x, n], dtype=gl.int32, is_pure=True,
+                                     pack=1)
+
+
+@gluon.jit
 def _split_bf16(x):
     hi = x.to(gl.bfloat16)
     lo = (x - hi.to(gl.float32)).to(gl.bfloat16)
@@ -776,6 +789,7 @@ def _flush_kernel(
     gl.static_assert(NR == 4)
     gl.static_assert(NV == NK)
     gl.static_assert(NL + 2 * NR <= LOW_RANK)
+    gl.static_assert(NH <= CTAS)  # the pool's picks: at most one of a CTA's programs a slot
     pid = gl.program_id(0)
     G: gl.constexpr = CTAS
 
@@ -785,21 +799,29 @@ def _flush_kernel(
         # ranks pid, pid + G, ...: balanced for any pattern, no atomics, nothing to reset
         row = gl.arange(0, TILE // NH, layout=gl.SliceLayout(1, FLAGS))
         hd = gl.arange(0, NH, layout=gl.SliceLayout(0, FLAGS))
+        row_words = gl.arange(0, TILE // NH, layout=WORDS)
         mine = picks + pid * pick_stride
         count = 0
         for first in range(0, num_programs // NH, TILE // NH):
             slots = gl.load(idx + first + row, mask=first + row < num_programs // NH, other=0)
             alive = (slots > 0)[:, None]
             fill = gl.load(hcnt + slots.to(gl.int64)[:, None] * NH + hd[None, :], mask=alive, other=0)
-            due = (fill == NL).to(gl.int32)  # masked loads read 0
-            per_slot = gl.sum(due, axis=1)
-            found = gl.sum(per_slot, axis=0)
-            if found > 0:  # the rank scan only where something is due
-                # Triton scans only blocked layouts: the slot totals go through one for the prefix
-                flat = gl.convert_layout(per_slot, WORDS)
-                before = gl.convert_layout(gl.associative_scan(flat, 0, _add) - flat, gl.SliceLayout(1, FLAGS))
-                rank = count + before[:, None] + gl.associative_scan(due, 1, _add) - 1
-                gl.store(mine + rank // G, slots[:, None] * NH + hd[None, :], mask=(due != 0) & (rank % G == pid))
+            # each slot's due flags as the bits of one word (the heads' bits are distinct, so
+            # their sum is their OR); masked loads read 0
+            due_bits = gl.sum(gl.where(fill == NL, 1 << hd[None, :], 0), axis=1)
+            found = gl.sum(_popc(due_bits), axis=0)
+            if found > 0:  # the ranks only where something is due, a slot's words a thread (WORDS)
+                bits = gl.convert_layout(due_bits, WORDS)
+                per_slot = _popc(bits)
+                first_rank = count + gl.associative_scan(per_slot, 0, _add) - per_slot
+                # a slot's NH <= G ranks hold at most one of this CTA's (rank = pid mod G): its due
+                # program number `take` in the slot, whose head is the word's (take + 1)-th set
+                # bit: one division a slot instead of one a program
+                take = pid + G - first_rank % G
+                take = gl.where(take >= G, take - G, take)
+                slot_w = gl.load(idx + first + row_words, mask=first + row_words < num_programs // NH, other=0)
+                gl.store(mine + (first_rank + take) // G, slot_w * NH + _nth_set_bit(bits, take + 1),
+                         mask=take < per_slot)
             count += found
         gl.thread_barrier()  # the picks are written by other threads of this CTA
         fence_async_shared()
