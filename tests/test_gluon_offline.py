@@ -83,3 +83,48 @@ def test_barrier_census_covers_every_barrier_of_the_step():
     total = int(c.resource_usage(k.asm["cubin"]).split("BAR=")[1].split()[0])
     assert total > 0 and sum(n for n, _, _ in census) == total
     assert any(where.startswith("gluon_kernel.py:") for _, where, _ in census)  # the kernel's own lines
+
+
+# a memdesc's element widths in bits, for the staged buffers' sizes
+_BITS = {"i8": 8, "bf16": 16, "f16": 16, "f32": 32}
+
+
+def _allocations(ir: str, function: str) -> dict:
+    """name -> (offset, bytes or None) of every shared-memory allocation in ``function``'s body
+    in an MLIR dump taken after the shared-memory allocation (bytes for local_alloc's buffers,
+    None for the scratch of layout changes and reductions, whose size the IR does not print)."""
+    import re
+
+    body = ir.split(f"tt.func private @\"{function}", 1)[1].split("\n  tt.func", 1)[0]
+    found = {}
+    for n, line in enumerate(body.splitlines()):
+        m = re.search(r"allocation\.offset = (\d+)", line)
+        if not m:
+            continue
+        alloc = re.match(r"\s*%(\w+) = ttg\.local_alloc .*memdesc<([\dx]+)x(\w+),", line)
+        if alloc:
+            size = _BITS[alloc.group(3)] // 8
+            for d in alloc.group(2).split("x"):
+                size *= int(d)
+            found[alloc.group(1)] = (int(m.group(1)), size)
+        else:
+            found[f"scratch@{n}"] = (int(m.group(1)), None)
+    return found
+
+
+def test_staged_operands_share_no_memory_with_the_program(monkeypatch, capfd, tmp_path):
+    # The next program's inputs are staged in the codes' operand c_s and the low-rank tile ku_s
+    # of the not-inlined _flush_program (Triton 3.6 lays a not-inlined function's scratch from
+    # offset 0 whatever its caller holds, so every buffer lives in the callee): they must survive
+    # from one call to the next, so no other allocation of the call may use their memory.
+    # Conservative: every other allocation starts after both (the scratch's sizes are not printed).
+    monkeypatch.setenv("MLIR_ENABLE_DUMP", "1")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # compile afresh: the dump comes from the passes
+    _compile_sm90().compile_gluon(True)
+    dump = capfd.readouterr().err
+    ir = dump.split("IR Dump Before TritonTensorMemoryAllocationPass", 1)[1].split("IR Dump Before", 1)[0]
+    allocs = _allocations(ir, "leapquant.kda.flush.gluon_kernel._flush_program")
+    staged = [allocs.pop(name) for name in ("c_s", "ku_s")]
+    end = max(offset + size for offset, size in staged)
+    assert sorted(staged) == [(0, 32768), (32768, 16384)]  # the allocator put them lowest
+    assert allocs and min(offset for offset, _ in allocs.values()) >= end, allocs

@@ -10,8 +10,8 @@ first row, whose gates no window entry needs.
 
 Timing as in ``leapquant.bench`` (the profiler's kernel time, 4 warm-up and 16 timed calls,
 median, L2-cold with 8 input sets in rotation, the floor from the copy bandwidth measured in the
-same run), but of a functional launch over dense tensors: one CTA per SM striding over all
-B x H programs, as ``run`` does. The bench times pool calls, which first scan the due flags
+same run), but of a functional launch over dense tensors: the kernel's resident CTAs striding
+over all B x H programs, as ``run`` does. The bench times pool calls, which first scan the due flags
 (nothing due at B=512 costs ~0.004 ms) and read the pool's strided layout. Needs an sm_90 GPU and a
 triton in ``flush/gluon_kernel.VERIFIED_TRITON``; exits with status 1 if the checkpoint written differs from the one read or
 a window is not reset.
@@ -48,7 +48,9 @@ def _move_bytes_kernel(
     NR: gl.constexpr,
 ):
     pid = gl.program_id(0)
-    stage = fg._allocate_stage(NV, NK, NL, NR)
+    # the kernel's staging area: views of its codes operand and low-rank tile
+    stage = fg._stage_views(gl.allocate_shared_memory(gl.bfloat16, [NV, NK], fg.OPERAND),
+                            gl.allocate_shared_memory(gl.bfloat16, [2 * fg.LOW_RANK, NK], fg.OPERAND), NV, NK, NL, NR)
     st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     if pid < num_programs:
         fg._prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
@@ -84,7 +86,7 @@ def launch(x: dict, out: list):
     checkpoint's), the window of ``x`` is reset in place."""
     ckpt_in = [x[a] for a in inputs.CHECKPOINT_ARGS]
     num_programs = ckpt_in[0].shape[0] * H
-    grid = (_resident_ctas(x["q0"].device),)
+    grid = (_resident_ctas(x["q0"].device, fg.CTAS_PER_SM),)
     c = fg._CONSTANTS
     _move_bytes_kernel[grid](
         *ckpt_in, *out, *(x[a] for a in inputs.WINDOW_ARGS), fg._ones(x["q0"].device), num_programs,

@@ -31,9 +31,17 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
   rank-deficient or very coherent states, q0 with repeated or zero columns) the program takes
   the reference's path: qk orthonormalised, S qk again, qv with a Gram-Schmidt fallback for
   dependent columns.
-- E is formed once, after the iteration, in the wgmma accumulator of two warpgroups; nothing the
-  size of S is live during the iteration.
-- The next program's inputs are copied (cp.async) into a staging area while this one computes.
+- E is formed once, after the iteration, in the wgmma accumulator of the program's one warpgroup
+  (two m64 tiles, 128 registers a thread); nothing the size of S is live during the iteration.
+- One warpgroup a program, two resident CTAs an SM (255 registers a thread): two programs'
+  chains in flight on an SM, and the iteration's vector work, which every warp repeats on whole
+  [N] vectors, done by 4 warps a program instead of 8 (NOTES.md, "One warpgroup a program").
+- ``_flush_program`` is not inlined, so that its per-thread constants are computed in each call
+  instead of held across the persistent loop, and it allocates every shared buffer itself
+  (Triton 3.6 lays a not-inlined function's scratch from offset 0, whatever its caller holds).
+  The next program's inputs are copied (cp.async) into the codes' operand and the low-rank tile
+  KU, dead from the residual on, as the call's last act; the allocator places those two lowest,
+  under no scratch of the call (``tests/test_gluon_offline.py`` reads the offsets).
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
@@ -56,11 +64,11 @@ from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CT
                       resident_ctas)
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
-NUM_WARPS = 8  # two warpgroups: each holds 64 rows of E
-# One CTA an SM, uncapped: two CTAs an SM (a cap of 128 registers, 109 KB of shared memory) ran
-# slower on the H200, spilling (NOTES.md, "The Gluon flush v3")
+NUM_WARPS = 4  # one warpgroup a program: it holds E's 128 rows (two m64 tiles)
+# uncapped: two CTAs of 128 threads an SM leave 255 registers a thread (8 warps a program at two
+# CTAs an SM, capped at 128, spilled and ran 22-36% slower: NOTES.md, "Two CTAs an SM, measured")
 MAX_REGISTERS = None
-CTAS_PER_SM = 1  # resident CTAs an SM: the persistent grid is this times the SMs
+CTAS_PER_SM = 2  # resident CTAs an SM: the persistent grid is this times the SMs
 assert CTAS_PER_SM <= MOST_CTAS_PER_SM  # the pool's pick scratch is sized for MOST_CTAS_PER_SM
 THIN = gl.constexpr(16)  # thin products' columns: a [N, R] operand's hi, lo and mid parts and R zeros
 LOW_RANK = gl.constexpr(32)  # rows of the low-rank tiles A and KU
@@ -69,55 +77,55 @@ LOW_RANK = gl.constexpr(32)  # rows of the low-rank tiles A and KU
 # second pass there so that it stays orthonormal to fp32 accuracy (its qk basis takes one)
 SECOND_PASS_BELOW = ILL_COLUMN
 
-# E [V, K] fp32 across 8 warps: each warpgroup holds 64 rows (wgmma m64n128)
-ACC = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]))
+# E [V, K] fp32 in one warpgroup: two m64n128 tiles, 128 registers a thread
+ACC = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]))
 # thin products [N, THIN]: the R columns of the result, their hi, lo and mid parts side by side
-ACC_THIN = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, THIN, 16]))
+ACC_THIN = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, THIN, 16]))
 ROWS = gl.constexpr(gl.SliceLayout(1, ACC))  # a [V] vector along E's rows
 COLS = gl.constexpr(gl.SliceLayout(0, ACC))  # a [K] vector along E's columns
 THIN_ROWS = gl.constexpr(gl.SliceLayout(1, ACC_THIN))  # a [N] vector along a thin product's rows
-# [16, N] stacks (the Gram matrix's products, a thin operand's rows, the token rows): two rows a
+# [16, N] stacks (the Gram matrix's products, a thin operand's rows, the token rows): four rows a
 # warp, no replication; a basis column [N] as a vector every warp holds whole
-STACK16 = gl.constexpr(gl.BlockedLayout([2, 4], [1, 32], [8, 1], [1, 0]))
+STACK16 = gl.constexpr(gl.BlockedLayout([4, 4], [1, 32], [4, 1], [1, 0]))
 VEC = gl.constexpr(gl.SliceLayout(0, STACK16))
 # [8, N] token rows (u or q twice): a row a warp, N as VEC has it
-ROW8 = gl.constexpr(gl.BlockedLayout([1, 4], [1, 32], [8, 1], [1, 0]))
+ROW8 = gl.constexpr(gl.BlockedLayout([2, 4], [1, 32], [4, 1], [1, 0]))
 # [32, N, R] products of the low-rank tile's rows with the R columns of a basis: four rows, four
 # elements (VEC's) and the R columns a thread
-DOTS = gl.constexpr(gl.BlockedLayout([4, 4, 4], [1, 32, 1], [8, 1, 1], [2, 1, 0]))
+DOTS = gl.constexpr(gl.BlockedLayout([8, 4, 4], [1, 32, 1], [4, 1, 1], [2, 1, 0]))
 DOT_ROWS = gl.constexpr(gl.SliceLayout(2, DOTS))  # [32, N] the tile's rows
 DOT_X = gl.constexpr(gl.SliceLayout(0, DOTS))  # [N, R] the basis
 DOT_XC = gl.constexpr(gl.SliceLayout(1, DOT_X))  # [N] one column, as VEC
 # [32, 32, R] the lanes' partial sums (row, lane, column), regrouped so that a thread adds 16 of a
 # row's 32 and one shuffle the rest (in place of five shuffle rounds over every lane)
-PARTIALS = gl.constexpr(gl.BlockedLayout([1, 16, 1], [4, 2, 4], [8, 1, 1], [1, 2, 0]))
-THIN_COLS = gl.constexpr(gl.BlockedLayout([4, 4], [32, 1], [1, 8], [1, 0]))  # [N, R]: VEC's rows, R in-thread
-EVERY16 = gl.constexpr(gl.BlockedLayout([16], [32], [8], [0]))  # [16], every thread holds all
+PARTIALS = gl.constexpr(gl.BlockedLayout([2, 16, 1], [4, 2, 4], [4, 1, 1], [1, 2, 0]))
+THIN_COLS = gl.constexpr(gl.BlockedLayout([4, 4], [32, 1], [1, 4], [1, 0]))  # [N, R]: VEC's rows, R in-thread
+EVERY16 = gl.constexpr(gl.BlockedLayout([16], [32], [4], [0]))  # [16], every thread holds all
 # window [L, K]: each thread owns whole columns, so the decay products along j are in-thread
-WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 8], [0, 1]))
+WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))
 # codes [V, K] int8 in 16-byte rows per thread (coalesced loads and stores)
-BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0]))
+BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))
 # [slots, H] due flags: a warp reads whole 128-byte rows (16 bytes a thread), four slots a load
-FLAGS = gl.constexpr(gl.BlockedLayout([1, 4], [4, 8], [8, 1], [1, 0]))
+FLAGS = gl.constexpr(gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0]))
 PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
 PLAIN1 = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
-# the next program's inputs are copied (cp.async, 16 bytes a thread where rows allow) into a
-# staging area while this one computes
-HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [8, 1], [1, 0]))  # [16, N] 16-bit rows
-TOKEN_COPY = gl.constexpr(gl.BlockedLayout([1, 2], [1, 32], [4, 2], [1, 0]))  # [R, N] fp16 tokens
-WORDS = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))  # [N] fp32 (and the flag scan's [slots] due counts)
-# [64, N] partial column sums, row 8 w + r for warp w's row pair r: a column's 64 partials in
-# two lanes of one warp (w's lowest bit on the lane), 32 in each thread
+# the next program's inputs are copied (cp.async, 16 bytes a thread where rows allow) into the
+# operands that are dead from the residual on
+HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))  # [16, N] 16-bit rows
+TOKEN_COPY = gl.constexpr(gl.BlockedLayout([1, 2], [1, 32], [4, 1], [1, 0]))  # [R, N] fp16 tokens
+WORDS = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # [N] fp32 (and the flag scan's [slots] due counts)
+# [32, N] partial column sums, row 8 w + r (warp w, lane group r): a column's 32 partials in one
+# thread
 COLUMN_PARTIALS = gl.constexpr(gl.DistributedLinearLayout(
-    reg_bases=[[1, 0], [2, 0], [4, 0], [16, 0], [32, 0]], lane_bases=[[8, 0], [0, 1], [0, 2], [0, 4], [0, 8]],
-    warp_bases=[[0, 16], [0, 32], [0, 64]], block_bases=[], shape=[64, 128]))
-# a thin operand's [R, N] columns, two values a thread: column r = warp % 4, elements 4 lane +
-# 2 (warp // 4) + {0, 1} (values VEC holds in the same lane of every warp), so each value is split
-# once in the CTA, not in the four warps that store one of its parts. Triton 3.6 lowers the
+    reg_bases=[[1, 0], [2, 0], [4, 0], [8, 0], [16, 0]], lane_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [0, 16]],
+    warp_bases=[[0, 32], [0, 64]], block_bases=[], shape=[32, 128]))
+# a thin operand's [R, N] columns, four values a thread: column r = warp, elements 4 lane + {0..3}
+# (values VEC holds in the same lane of every warp), so each value is split once in the CTA, not
+# in the four warps that store one of its parts. Triton 3.6 lowers the
 # conversion from VEC's warp-replicated layout through shared memory (one store, one load, two
 # barriers), not as the register pick it is
 SPLIT_COLS = gl.constexpr(gl.DistributedLinearLayout(
-    reg_bases=[[0, 1]], lane_bases=[[0, 4], [0, 8], [0, 16], [0, 32], [0, 64]], warp_bases=[[1, 0], [2, 0], [0, 2]],
+    reg_bases=[[0, 1], [0, 2]], lane_bases=[[0, 4], [0, 8], [0, 16], [0, 32], [0, 64]], warp_bases=[[1, 0], [2, 0]],
     block_bases=[], shape=[4, 128]))
 OPERAND = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
 OPERAND_B = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=16, rank=2))  # [32, THIN]
@@ -136,6 +144,19 @@ def _add(a, b):
 @gluon.jit
 def _mul(a, b):
     return a * b
+
+
+@gluon.jit
+def _popc(x):
+    # set bits of each int32
+    return gl.inline_asm_elementwise("popc.b32 $0, $1;", "=r,r", [x], dtype=gl.int32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def _nth_set_bit(x, n):
+    # position of the n-th (n >= 1) set bit of each int32 from bit 0 up (-1 if it has fewer)
+    return gl.inline_asm_elementwise("fns.b32 $0, $1, 0, $2;", "=r,r,r", [x, n], dtype=gl.int32, is_pure=True,
+                                     pack=1)
 
 
 @gluon.jit
@@ -307,19 +328,13 @@ def _orthonormal_cols(x0, x1, x2, x3, TWICE: gl.constexpr, NN: gl.constexpr, NOR
 
 @gluon.jit
 def _column_sums(x, NN: gl.constexpr):
-    # Sums over the rows of x [N, N] (ACC), in the order gl.sum(x, axis=0) adds them (the same
-    # bits) for a fraction of its instructions and barriers: the accumulator spreads a column
-    # over 8 lanes and 8 warps, and gl.sum reduces it by 3 shuffle rounds on all 32 of a thread's
-    # columns, then a cross-warp stage. Here a thread adds its two rows, one exchange through
-    # shared memory gives each column's 64 partials to two lanes of a warp, which add them in
-    # the shuffle tree's order ((r0 + r4) + (r2 + r6)) + ((r1 + r5) + (r3 + r7)) and then over
-    # the warps in the cross-warp stage's, the last step one shuffle.
+    # Sums over the rows of x [N, N] (ACC at 4 warps: a thread holds 4 rows of 32 columns). A
+    # thread adds its 4 rows, one exchange gives each thread one column's 32 partials (8 lanes x
+    # 4 warps), which it adds in-thread: no shuffle rounds, one layout change
     gl.static_assert(NN == 128)  # COLUMN_PARTIALS' shape
-    p = gl.sum(gl.reshape(x, [8, 2, 8, NN]), axis=1)  # row 16 w + 8 h + r: (w, h, r)
-    p = gl.convert_layout(gl.reshape(p, [64, NN]), COLUMN_PARTIALS)
-    p = gl.reshape(p, [2, 2, 2, 2, 2, 2, NN])  # w = 4 w2 + 2 w1 + w0, r = 4 r2 + 2 r1 + r0
-    p = gl.sum(gl.sum(gl.sum(p, axis=3), axis=3), axis=3)
-    return gl.sum(gl.sum(gl.sum(p, axis=0), axis=0), axis=0)
+    p = gl.sum(gl.sum(gl.reshape(x, [2, 4, 2, 8, NN]), axis=2), axis=0)  # row 64 m + 16 w + 8 h + r: (w, r)
+    p = gl.convert_layout(gl.reshape(p, [32, NN]), COLUMN_PARTIALS)
+    return gl.sum(p, axis=0)
 
 
 @gluon.jit
@@ -354,7 +369,7 @@ def _codes_bf16(c):
 def _store_parts(dst, c0, c1, c2, c3):
     # dst [THIN, M] <- rows (hi^T; lo^T; mid^T; 0) of the [M, R] operand whose columns are c0..c3
     # (VEC, held whole by every warp): each value split once in the CTA, each thread splitting
-    # its two of SPLIT_COLS' (H200: -1.8% at B=512 against four warps splitting each value)
+    # its four of SPLIT_COLS' (H200, 8 warps: -1.8% at B=512 against four warps splitting each value)
     cols = gl.reshape(gl.permute(gl.join(gl.join(c0, c1), gl.join(c2, c3)), (0, 2, 1)), [c0.shape[0], 4])  # [n, r]
     hi, mid, lo = _split3_bf16(gl.convert_layout(gl.permute(cols, (1, 0)), SPLIT_COLS))
     parts = gl.join(gl.join(hi, lo), gl.join(mid, gl.zeros_like(hi)))  # [r, n, j, i]: part 2 i + j
@@ -605,12 +620,13 @@ def _reset_window(prog, w, gbuf, pcum, NL: gl.constexpr, NK: gl.constexpr):
     gl.store(pcum + prog * NK + gl.arange(0, NK, layout=WORDS), gl.zeros([NK], gl.float32, WORDS))
 
 
-@gluon.jit
+# not inlined: its lane-dependent constants are computed in it, not hoisted out of the persistent
+# loop and held (spilled, at 128 registers) across programs
+@gluon.jit(noinline=True)
 def _flush_program(
-    slot, head, next_slot, next_head, has_next, stage,
+    slot, head, next_slot, next_head, has_next, first,
     codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-    kbuf, ubuf, gbuf, w, pcum, ones,
-    q0_s, c_s, win_s, ku_s, new_u_s, new_q_s, x_s, b_s, vec_s,
+    kbuf, ubuf, gbuf, w, pcum, ones, q0,
     C_SLOT: gl.constexpr, C_HEAD: gl.constexpr, SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
     SV_SLOT: gl.constexpr, SV_HEAD: gl.constexpr,
     U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
@@ -621,8 +637,31 @@ def _flush_program(
     SECOND: gl.constexpr, U_LIMIT: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
 ):
     prog = slot * NH + head
+    # the shared operands: allocated here, not in the kernel (Triton 3.6 places a not-inlined
+    # function's scratch from offset 0, over the caller's buffers), at the same offsets in every
+    # call, so that what one call stages the next one finds
+    c_s = gl.allocate_shared_memory(gl.bfloat16, [NV, NK], OPERAND)  # the codes
+    win_s = gl.allocate_shared_memory(gl.bfloat16, [LOW_RANK, NV], OPERAND)  # A
+    ku_s = gl.allocate_shared_memory(gl.bfloat16, [2 * LOW_RANK, NK], OPERAND)  # KU: hi rows, then lo rows
+    new_u_s = gl.allocate_shared_memory(gl.float16, [16, NK], OPERAND)  # new tokens (q negated)
+    new_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
+    x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)  # thin operand rows
+    b_s = gl.allocate_shared_memory(gl.bfloat16, [LOW_RANK, THIN], OPERAND_B)  # low-rank correction rows
+    vec_s = (gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
+             gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1))
+    q0_s = (gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NV], PLAIN1),
+            gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NV], PLAIN1))
+    stage = _stage_views(c_s, ku_s, NV, NK, NL, NR)
+    # every call: q0 and the tiles' zero rows (the allocator may reuse their memory after their
+    # last use in a call); the first one also stages its own inputs
+    _set_up_cta(q0, q0_s, win_s, ku_s, NV, NL, NR)
+    if first:
+        _prefetch(slot, head, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
+                  C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+                  Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
 
-    # this program's inputs, staged by _prefetch, into registers; then the next one's copies start
+    # this program's inputs, staged by _prefetch, into registers (the next one's copies start
+    # after the residual)
     st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     async_copy.wait_group(0)
     gl.thread_barrier()  # every thread's copies have landed; the previous program is done with every buffer
@@ -640,11 +679,7 @@ def _flush_program(
     vec_s[SK_ROW].store(s_k)
     vec_s[SV_ROW].store(st_sv.load(WORDS))
     vec_s[F_ROW].store(s_k * pc * (1.0 / QM))
-    gl.thread_barrier()  # the staging area is free again
-    if has_next:
-        _prefetch(next_slot, next_head, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
-                  C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                  Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+    gl.thread_barrier()  # the staging area (the operands' memory) is free again
 
     rebuild_factors(keys, decay(g_after), wj, u8, q8, ubuf_rows, codes, c_s, win_s, ku_s, NL, NR)
 
@@ -691,17 +726,29 @@ def _flush_program(
     if IN_PLACE:
         # every window load above has landed in registers before these stores issue
         _reset_window(prog, w, gbuf, pcum, NL, NK)
+    # the next program's inputs, staged in the codes' and KU's memory (dead since the residual):
+    # last, so that no later scratch of this call lands on them
+    gl.thread_barrier()
+    if has_next:
+        _prefetch(next_slot, next_head, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
+                  C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+                  Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
 
 
 @gluon.jit
-def _allocate_stage(NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
+def _stage_views(c_s, ku_s, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
     # the staging area of the next program's inputs, in _prefetch's order (codes, gates, keys,
-    # values, u, q, pcum, s_k, s_v, w)
-    return (gl.allocate_shared_memory(gl.int8, [NV, NK], PLAIN), gl.allocate_shared_memory(gl.float16, [NL, NK], PLAIN),
-            gl.allocate_shared_memory(gl.bfloat16, [NL, NK], PLAIN), gl.allocate_shared_memory(gl.bfloat16, [NL, NV], PLAIN),
-            gl.allocate_shared_memory(gl.float16, [2 * NR, NK], PLAIN), gl.allocate_shared_memory(gl.float16, [2 * NR, NV], PLAIN),
-            gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
-            gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NL], PLAIN1))
+    # values, u, q, pcum, s_k, s_v, w): views of the codes' bf16 operand (32 KB: the codes 16 KB,
+    # the window 12 KB, the tokens 4 KB) and of the low-rank tile KU (the vectors), both dead from
+    # the residual's last product until the next program's rebuild_factors
+    gl.static_assert(NV * NK * 2 == 4 * NL * NK * 2 + 3 * NL * NK * 2 + 2 * 2 * NR * NK * 2)
+    halves = c_s._reinterpret(gl.float16, [NV, NK], PLAIN)  # 256-byte rows: the codes in 0-63, then
+    bf16_rows = c_s._reinterpret(gl.bfloat16, [NV, NK], PLAIN)  # the gates, keys, values, u and q
+    words = ku_s._reinterpret(gl.float32, [LOW_RANK * NK], PLAIN1)  # [N] fp32 rows
+    return (c_s._reinterpret(gl.int8, [2 * NV, NK], PLAIN).slice(0, NV), halves.slice(4 * NL, NL),
+            bf16_rows.slice(5 * NL, NL), bf16_rows.slice(6 * NL, NL), halves.slice(7 * NL, 2 * NR),
+            halves.slice(7 * NL + 2 * NR, 2 * NR), words.slice(0, NK), words.slice(NK, NK), words.slice(2 * NK, NV),
+            words.slice(3 * NK, NL))
 
 
 @gluon.jit
@@ -742,78 +789,61 @@ def _flush_kernel(
     gl.static_assert(NR == 4)
     gl.static_assert(NV == NK)
     gl.static_assert(NL + 2 * NR <= LOW_RANK)
+    gl.static_assert(NH <= CTAS)  # the pool's picks: at most one of a CTA's programs a slot
     pid = gl.program_id(0)
     G: gl.constexpr = CTAS
 
-    # shared operands, allocated once per CTA and reused by every program it runs
-    c_s = gl.allocate_shared_memory(gl.bfloat16, [NV, NK], OPERAND)  # the codes
-    win_s = gl.allocate_shared_memory(gl.bfloat16, [LOW_RANK, NV], OPERAND)  # A
-    ku_s = gl.allocate_shared_memory(gl.bfloat16, [2 * LOW_RANK, NK], OPERAND)  # KU: hi rows, then lo rows
-    new_u_s = gl.allocate_shared_memory(gl.float16, [16, NK], OPERAND)  # new tokens (q negated)
-    new_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
-    x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)  # thin operand rows
-    b_s = gl.allocate_shared_memory(gl.bfloat16, [LOW_RANK, THIN], OPERAND_B)  # low-rank correction rows
-    vec_s = (gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
-             gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1))
-    q0_s = (gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NV], PLAIN1),
-            gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NV], PLAIN1))
-    stage = _allocate_stage(NV, NK, NL, NR)
 
     if IN_PLACE:
         # every CTA reads all due flags, ranks the due programs in candidate order and takes
         # ranks pid, pid + G, ...: balanced for any pattern, no atomics, nothing to reset
         row = gl.arange(0, TILE // NH, layout=gl.SliceLayout(1, FLAGS))
         hd = gl.arange(0, NH, layout=gl.SliceLayout(0, FLAGS))
+        row_words = gl.arange(0, TILE // NH, layout=WORDS)
         mine = picks + pid * pick_stride
         count = 0
         for first in range(0, num_programs // NH, TILE // NH):
             slots = gl.load(idx + first + row, mask=first + row < num_programs // NH, other=0)
             alive = (slots > 0)[:, None]
             fill = gl.load(hcnt + slots.to(gl.int64)[:, None] * NH + hd[None, :], mask=alive, other=0)
-            due = (fill == NL).to(gl.int32)  # masked loads read 0
-            per_slot = gl.sum(due, axis=1)
-            found = gl.sum(per_slot, axis=0)
-            if found > 0:  # the rank scan only where something is due
-                # Triton scans only blocked layouts: the slot totals go through one for the prefix
-                flat = gl.convert_layout(per_slot, WORDS)
-                before = gl.convert_layout(gl.associative_scan(flat, 0, _add) - flat, gl.SliceLayout(1, FLAGS))
-                rank = count + before[:, None] + gl.associative_scan(due, 1, _add) - 1
-                gl.store(mine + rank // G, slots[:, None] * NH + hd[None, :], mask=(due != 0) & (rank % G == pid))
+            # each slot's due flags as the bits of one word (the heads' bits are distinct, so
+            # their sum is their OR); masked loads read 0
+            due_bits = gl.sum(gl.where(fill == NL, 1 << hd[None, :], 0), axis=1)
+            found = gl.sum(_popc(due_bits), axis=0)
+            if found > 0:  # the ranks only where something is due, a slot's words a thread (WORDS)
+                bits = gl.convert_layout(due_bits, WORDS)
+                per_slot = _popc(bits)
+                first_rank = count + gl.associative_scan(per_slot, 0, _add) - per_slot
+                # a slot's NH <= G ranks hold at most one of this CTA's (rank = pid mod G): its due
+                # program number `take` in the slot, whose head is the word's (take + 1)-th set
+                # bit: one division a slot instead of one a program
+                take = pid + G - first_rank % G
+                take = gl.where(take >= G, take - G, take)
+                slot_w = gl.load(idx + first + row_words, mask=first + row_words < num_programs // NH, other=0)
+                gl.store(mine + (first_rank + take) // G, slot_w * NH + _nth_set_bit(bits, take + 1),
+                         mask=take < per_slot)
             count += found
         gl.thread_barrier()  # the picks are written by other threads of this CTA
         fence_async_shared()
         n = gl.cdiv(count - pid, G)
-        if n > 0:  # a CTA with nothing to flush leaves here
-            _set_up_cta(q0, q0_s, win_s, ku_s, NV, NL, NR)
-            p = gl.load(mine)
-            _prefetch((p // NH).to(gl.int64), p % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf,
-                      w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                      Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
         for t in range(0, n):
             p = gl.load(mine + t)
             nxt = gl.load(mine + t + 1, mask=t + 1 < n, other=0)
             _flush_program(
-                (p // NH).to(gl.int64), p % NH, (nxt // NH).to(gl.int64), nxt % NH, t + 1 < n, stage,
+                (p // NH).to(gl.int64), p % NH, (nxt // NH).to(gl.int64), nxt % NH, t + 1 < n, t == 0,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-                kbuf, ubuf, gbuf, w, pcum, ones,
-                q0_s, c_s, win_s, ku_s, new_u_s, new_q_s, x_s, b_s, vec_s,
+                kbuf, ubuf, gbuf, w, pcum, ones, q0,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
             )
     else:
-        _set_up_cta(q0, q0_s, win_s, ku_s, NV, NL, NR)
-        if pid < num_programs:
-            _prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
-                      gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                      Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
         for c in range(pid, num_programs, G):
             nxt = c + G
             _flush_program(
-                (c // NH).to(gl.int64), c % NH, (nxt // NH).to(gl.int64), nxt % NH, nxt < num_programs, stage,
+                (c // NH).to(gl.int64), c % NH, (nxt // NH).to(gl.int64), nxt % NH, nxt < num_programs, c == pid,
                 codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-                kbuf, ubuf, gbuf, w, pcum, ones,
-                q0_s, c_s, win_s, ku_s, new_u_s, new_q_s, x_s, b_s, vec_s,
+                kbuf, ubuf, gbuf, w, pcum, ones, q0,
                 C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                 Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
                 QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
