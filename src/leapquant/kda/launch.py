@@ -21,7 +21,9 @@ from .step.tl_common import BETA_SERIES_BELOW
 ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
 ROUND_MAGIC_BITS = 0x4B400000  # the same constant's fp32 bit pattern: int8 -> fp32 by an integer add
 GLUON_VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API both Gluon kernels were compiled and run with
-CTAS_PER_SM = 1  # at 255 registers per thread, one 8-warp flush CTA fills an SM's register file
+# the portable flush's persistent grid: one 8-warp CTA at 255 registers fills an SM (the Gluon
+# kernel sets its own)
+CTAS_PER_SM = 1
 MOST_CTAS_PER_SM = 2  # the most CTAs an SM any persistent flush grid may run (the pool's scratch is sized for it)
 FLAG_TILE = 16384  # due flags a resident flush CTA gathers at once: 512 slots x 32 heads
 
