@@ -3,6 +3,8 @@ registers, spills and shared memory; optionally dump TTGIR/PTX/SASS to a folder.
 
     python scripts/compile_sm90.py [--gluon | --step] [--num-warps 8] [--in-place] [--dump DIR] [--barriers]
 
+--num-warps: the portable flush kernel's warps (the Gluon kernels use their own NUM_WARPS).
+
 --barriers also lists the kernel's barriers (BAR) by the source line they belong to (nvdisasm's
 line table): the explicit ones and those Triton adds for layout changes, cross-warp reductions
 and shared-memory hazards (its analysis works on whole buffers, so a second store into another

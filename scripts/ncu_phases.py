@@ -46,14 +46,16 @@ HELPER_PHASE = {
     "_guard_overflow": "tokens", "residual": "residual",
     "scales_and_codes": "scales and codes", "_column_sums": "scales and codes",
     "_store_checkpoint": "stores and resets", "_reset_window": "stores and resets",
-    "_allocate_stage": "kernel (_flush_kernel)", "_set_up_cta": "kernel (_set_up_cta)",
-    "_add": "kernel (_flush_kernel)",  # the flag scan's combine
+    "_stage_views": "inputs", "_set_up_buffers": "inputs",
+    "_add": "kernel (_flush_kernel)", "_popc": "kernel (_flush_kernel)",  # the flag scan's
+    "_nth_set_bit": "kernel (_flush_kernel)",
 }
 # _flush_program: a phase starts at the first line containing its marker (in this order)
 PROGRAM_MARKERS = (
     ("this program's inputs", "inputs"), ("rebuild_factors(", "rebuild factors"),
     ("# one round of subspace iteration", "subspace calls"), ("# where fp16 u_r would overflow", "tokens"),
     ("e = residual(", "residual"), ("_store_checkpoint(", "stores and resets"),
+    ("# the next program's inputs, staged", "next program's copies"),
 )
 
 

@@ -112,15 +112,18 @@ def _allocations(ir: str, function: str) -> dict:
     return found
 
 
-def test_staged_operands_share_no_memory_with_the_program(monkeypatch, capfd, tmp_path):
+@pytest.mark.parametrize("in_place", [False, True], ids=["functional", "pool"])
+def test_staged_operands_share_no_memory_with_the_program(monkeypatch, capfd, tmp_path, in_place):
     # The next program's inputs are staged in the codes' operand c_s and the low-rank tile ku_s
     # of the not-inlined _flush_program (Triton 3.6 lays a not-inlined function's scratch from
     # offset 0 whatever its caller holds, so every buffer lives in the callee): they must survive
-    # from one call to the next, so no other allocation of the call may use their memory.
-    # Conservative: every other allocation starts after both (the scratch's sizes are not printed).
+    # from one call to the next, so no other allocation of the call may use their memory, and
+    # the kernel's loop around the calls may allocate nothing (its scratch would land on them).
+    # Conservative: every other allocation of the call starts after both (the scratch's sizes
+    # are not printed).
     monkeypatch.setenv("MLIR_ENABLE_DUMP", "1")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # compile afresh: the dump comes from the passes
-    _compile_sm90().compile_gluon(True)
+    _compile_sm90().compile_gluon(in_place)
     dump = capfd.readouterr().err
     ir = dump.split("IR Dump Before TritonTensorMemoryAllocationPass", 1)[1].split("IR Dump Before", 1)[0]
     allocs = _allocations(ir, "leapquant.kda.flush.gluon_kernel._flush_program")
@@ -128,3 +131,15 @@ def test_staged_operands_share_no_memory_with_the_program(monkeypatch, capfd, tm
     end = max(offset + size for offset, size in staged)
     assert sorted(staged) == [(0, 32768), (32768, 16384)]  # the allocator put them lowest
     assert allocs and min(offset for offset, _ in allocs.values()) >= end, allocs
+    # the kernel's loop over its programs (control flow is in blocks by then): from the block the
+    # back edge after the call returns to, to that back edge
+    import re
+
+    lines = ir.split("tt.func public @_flush_kernel", 1)[1].split("\n  tt.func", 1)[0].splitlines()
+    call = next(n for n, line in enumerate(lines) if "tt.call" in line)
+    back = next(n for n in range(call, len(lines)) if "cf.br ^bb" in lines[n])
+    target = re.search(r"cf\.br (\^bb\d+)", lines[back]).group(1)
+    head = max(n for n in range(call) if lines[n].strip().startswith(target))
+    # (the call itself carries the offset of the callee's memory: 0, all of it)
+    assert call - head < 40 and "allocation.offset = 0 " in lines[call]
+    assert not [line for line in lines[head:back] if "allocation.offset" in line and "tt.call" not in line]

@@ -654,7 +654,7 @@ def _flush_program(
     stage = _stage_views(c_s, ku_s, NV, NK, NL, NR)
     # every call: q0 and the tiles' zero rows (the allocator may reuse their memory after their
     # last use in a call); the first one also stages its own inputs
-    _set_up_cta(q0, q0_s, win_s, ku_s, NV, NL, NR)
+    _set_up_buffers(q0, q0_s, win_s, ku_s, NV, NL, NR)
     if first:
         _prefetch(slot, head, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
                   C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
@@ -752,9 +752,10 @@ def _stage_views(c_s, ku_s, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr
 
 
 @gluon.jit
-def _set_up_cta(q0, q0_s, win_s, ku_s, NV: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
-    # once per CTA: q0's columns into shared memory (every program's first product reads them)
-    # and the low-rank tiles' rows that stay zero (from L + 2R on)
+def _set_up_buffers(q0, q0_s, win_s, ku_s, NV: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
+    # every call of _flush_program (the allocator may give their memory to scratch after their
+    # last use in a call): q0's columns into shared memory (the first product reads them) and
+    # the low-rank tiles' rows that stay zero (from L + 2R on)
     vq = gl.arange(0, NV, layout=WORDS)
     for c in gl.static_range(4):
         q0_s[c].store(gl.load(q0 + vq * NR + c))
@@ -789,7 +790,6 @@ def _flush_kernel(
     gl.static_assert(NR == 4)
     gl.static_assert(NV == NK)
     gl.static_assert(NL + 2 * NR <= LOW_RANK)
-    gl.static_assert(NH <= CTAS)  # the pool's picks: at most one of a CTA's programs a slot
     pid = gl.program_id(0)
     G: gl.constexpr = CTAS
 
@@ -797,6 +797,8 @@ def _flush_kernel(
     if IN_PLACE:
         # every CTA reads all due flags, ranks the due programs in candidate order and takes
         # ranks pid, pid + G, ...: balanced for any pattern, no atomics, nothing to reset
+        gl.static_assert(NH <= 32)  # a slot's due flags are the bits of one int32
+        gl.static_assert(NH <= CTAS)  # so a slot holds at most one of a CTA's picks
         row = gl.arange(0, TILE // NH, layout=gl.SliceLayout(1, FLAGS))
         hd = gl.arange(0, NH, layout=gl.SliceLayout(0, FLAGS))
         row_words = gl.arange(0, TILE // NH, layout=WORDS)
