@@ -43,6 +43,10 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
   KU, dead from the residual on, as the call's last act; the allocator places those two lowest,
   under no scratch of the call (``tests/test_gluon_offline.py`` reads the offsets).
 
+Measured on the H200 (BENCHMARKS.md, eleventh session, A/B runs in one process each): 0.919 ms at
+B=512 (4.1x the memory floor; the 8-warp, one-CTA-an-SM kernel before it 1.120), 0.0429 at B=16
+(0.0460); with nothing due 0.0042 ms at B=512 (0.0038), 1 in 16 due 0.0512 at B=256 (0.0501).
+
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
 conless-leapquant-kda-flush.
