@@ -117,7 +117,7 @@ PLAIN1 = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
 # operands that are dead from the residual on
 HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))  # [16, N] 16-bit rows
 TOKEN_COPY = gl.constexpr(gl.BlockedLayout([1, 2], [1, 32], [4, 1], [1, 0]))  # [R, N] fp16 tokens
-WORDS = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # [N] fp32 (and the flag scan's [slots] due counts)
+WORDS = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # [N] fp32 (and the flag scan's [slots] due-bit words)
 # [32, N] partial column sums, row 8 w + r (warp w, lane group r): a column's 32 partials in one
 # thread
 COLUMN_PARTIALS = gl.constexpr(gl.DistributedLinearLayout(
@@ -625,7 +625,7 @@ def _reset_window(prog, w, gbuf, pcum, NL: gl.constexpr, NK: gl.constexpr):
 
 
 # not inlined: its lane-dependent constants are computed in it, not hoisted out of the persistent
-# loop and held (spilled, at 128 registers) across programs
+# loop and held across programs (at two CTAs an SM they spilled in the inlined 8-warp builds)
 @gluon.jit(noinline=True)
 def _flush_program(
     slot, head, next_slot, next_head, has_next, first,
@@ -665,7 +665,7 @@ def _flush_program(
                   Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
 
     # this program's inputs, staged by _prefetch, into registers (the next one's copies start
-    # after the residual)
+    # at the end of this call)
     st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     async_copy.wait_group(0)
     gl.thread_barrier()  # every thread's copies have landed; the previous program is done with every buffer
