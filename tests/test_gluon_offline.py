@@ -5,6 +5,7 @@ API differs. Catches an API break before a device run does."""
 import functools
 import importlib.util
 import os
+import re
 
 import pytest
 import triton
@@ -89,15 +90,17 @@ def test_barrier_census_covers_every_barrier_of_the_step():
 _BITS = {"i8": 8, "bf16": 16, "f16": 16, "f32": 32}
 
 
+def _function_body(ir: str, header: str) -> list:
+    """The lines of the function ``tt.func HEADER...`` in an MLIR dump, up to the next function."""
+    return ir.split(f"tt.func {header}", 1)[1].split("\n  tt.func", 1)[0].splitlines()
+
+
 def _allocations(ir: str, function: str) -> dict:
     """name -> (offset, bytes or None) of every shared-memory allocation in ``function``'s body
     in an MLIR dump taken after the shared-memory allocation (bytes for local_alloc's buffers,
     None for the scratch of layout changes and reductions, whose size the IR does not print)."""
-    import re
-
-    body = ir.split(f"tt.func private @\"{function}", 1)[1].split("\n  tt.func", 1)[0]
     found = {}
-    for n, line in enumerate(body.splitlines()):
+    for n, line in enumerate(_function_body(ir, f"private @\"{function}")):
         m = re.search(r"allocation\.offset = (\d+)", line)
         if not m:
             continue
@@ -133,9 +136,7 @@ def test_staged_operands_share_no_memory_with_the_program(monkeypatch, capfd, tm
     assert allocs and min(offset for offset, _ in allocs.values()) >= end, allocs
     # the kernel's loop over its programs (control flow is in blocks by then): from the block the
     # back edge after the call returns to, to that back edge
-    import re
-
-    lines = ir.split("tt.func public @_flush_kernel", 1)[1].split("\n  tt.func", 1)[0].splitlines()
+    lines = _function_body(ir, "public @_flush_kernel")
     call = next(n for n, line in enumerate(lines) if "tt.call" in line)
     back = next(n for n in range(call, len(lines)) if "cf.br ^bb" in lines[n])
     target = re.search(r"cf\.br (\^bb\d+)", lines[back]).group(1)
