@@ -3,7 +3,7 @@
 # builds them from patches) when device time is short: each candidate's outputs bit for bit
 # against BASE's (scripts/compare_outputs.py, B=512), then the bench's pool timing (all due,
 # L2-cold) at B=512 (FLUSH_B: comma-separated batch sizes instead; STEADY=1: also 1 in 16 due
-# at B=256), the versions interleaved twice, one process each. STEP=1: the decode step's pool
+# at B=256; NOTHING=1: also nothing due at B=512), the versions interleaved twice, one process each. STEP=1: the decode step's pool
 # timing too (bench.time_step at B=64, 256 and 512; the step's outputs are not compared).
 #   [STEP=1] bash scripts/experiments/time_flush_ab.sh BASE CANDIDATE [CANDIDATE ...]
 set -u
@@ -31,6 +31,8 @@ for B in (${FLUSH_B:-512},):
     print('$v', $rep, f'B={B} all due median ms', round(bench.time_flush(B, 'cuda', q0)['median_ms'], 4), flush=True)
 if ${STEADY:-0}:
     print('$v', $rep, 'B=256 1 in 16 due median ms', round(bench.time_flush(256, 'cuda', q0, due_fraction=1 / 16)['median_ms'], 4), flush=True)
+if ${NOTHING:-0}:
+    print('$v', $rep, 'B=512 nothing due median ms', round(bench.time_flush(512, 'cuda', q0, due_fraction=0.0)['median_ms'], 4), flush=True)
 if ${STEP:-0}:
     for B in (64, 256, 512):
         print('$v', $rep, f'step B={B} median ms', round(bench.time_step(B, 'cuda')['median_ms'], 4), flush=True)
