@@ -1,5 +1,5 @@
 """Draw latency vs batch size from the JSONs of ``python -m leapquant.bench --json`` (one per
-kernel, from one run): the flush (each leapquant kernel, its memory floor, the plain PyTorch
+kernel; the floors, the plain PyTorch reference and fla from the first): the flush (each leapquant kernel, its memory floor, the plain PyTorch
 reference) and, beside it, the decode step (each kernel, its floor, fla's fp32-state decode).
 
     python scripts/plot_bench.py docs/latency.png bench_results/<run>.json [more.json ...]
@@ -16,9 +16,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def main(dst: str, *srcs: str) -> None:
     fig, (ax, ax_step) = plt.subplots(1, 2, figsize=(11, 4.2))
+    runs = []
     for src in srcs:
         with open(src) as f:
-            data = json.load(f)
+            runs.append(json.load(f))
+    # the floors, the reference and fla from the first JSON (the run the figure is about); each
+    # file adds its kernel's lines, and the title lists every run's date
+    for data in reversed(runs):
         rows = [r for r in data["rows"] if "flush" in r]
         B = [r["batch_size"] for r in rows]
         kernel = data["env"].get("kernel", "triton")
@@ -35,14 +39,15 @@ def main(dst: str, *srcs: str) -> None:
         ax_step.plot(SB, [r["floor_ms"] for r in steps], "k--", label="memory floor (34.1 KB/program)")
         if all(r.get("fla") for r in steps):
             ax_step.plot(SB, [r["fla"]["median_ms"] for r in steps], "s:", label="fla fused_recurrent_kda (fp32 state)")
-    env = data["env"]
+    env = data["env"]  # the first JSON's, as are the floors above
+    dates = ", ".join(sorted({r["env"]["date"][:10] for r in runs}, reverse=True))
     for a, what in ((ax, "KDA checkpoint flush, all programs due"), (ax_step, "KDA decode step (one token)")):
         a.set_xscale("log", base=2)
         a.set_yscale("log")
         a.set_xlabel("batch size (sequences x 32 heads)")
         a.set_ylabel("latency, ms (median)")
         a.set_title(f"{what}, L2-cold\n{env.get('gpu', env['device'])}, torch {env['torch']}, "
-                    f"triton {env['triton']}, {env['date'][:10]}", fontsize=9)
+                    f"triton {env['triton']}, {dates}", fontsize=9)
         a.grid(True, which="both", alpha=0.3)
         a.legend(fontsize=7)
     fig.tight_layout()
