@@ -10,6 +10,8 @@ import sys
 
 import matplotlib
 
+from leapquant.kda.geometry import FLOOR_BYTES_PER_PROGRAM, STEP_FLOOR_BYTES_PER_PROGRAM
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -25,7 +27,7 @@ def main(dst: str, *srcs: str) -> None:
     for data in reversed(runs):
         rows = [r for r in data["rows"] if "flush" in r]
         B = [r["batch_size"] for r in rows]
-        kernel = data["env"].get("kernel", "triton")
+        kernel = f'{data["env"].get("kernel", "triton")}, {data["env"]["date"][:10]}'
         ax.plot(B, [r["flush"]["median_ms"] for r in rows], "o-", label=f"leapquant flush_inplace ({kernel})")
         steps = [r for r in data.get("step_rows", []) if "step" in r]
         if steps:
@@ -33,18 +35,18 @@ def main(dst: str, *srcs: str) -> None:
             ax_step.plot(SB, [r["step"]["median_ms"] for r in steps], "o-", label=f"leapquant step_inplace ({kernel})")
             ax_step.plot(SB, [r["step"]["median_ms"] + r["flush_1_in_16"]["median_ms"] for r in steps], "^-.",
                          label=f"decode layer: step + flush 1 in 16 due ({kernel})")
-    ax.plot(B, [r["floor_ms"] for r in rows], "k--", label="memory floor (55.1 KB/program at copy bandwidth)")
+    ax.plot(B, [r["floor_ms"] for r in rows], "k--", label=f"memory floor ({FLOOR_BYTES_PER_PROGRAM / 1e3:.1f} KB/program at copy bandwidth)")
     ax.plot(B, [r["reference_ms"] for r in rows], "s:", label="plain PyTorch fp32 reference")
     if steps:
-        ax_step.plot(SB, [r["floor_ms"] for r in steps], "k--", label="memory floor (34.1 KB/program)")
+        ax_step.plot(SB, [r["floor_ms"] for r in steps], "k--", label=f"memory floor ({STEP_FLOOR_BYTES_PER_PROGRAM / 1e3:.1f} KB/program)")
         if all(r.get("fla") for r in steps):
             ax_step.plot(SB, [r["fla"]["median_ms"] for r in steps], "s:", label="fla fused_recurrent_kda (fp32 state)")
     env = data["env"]  # the first JSON's, as are the floors above
     dates = ", ".join(sorted({r["env"]["date"][:10] for r in runs}, reverse=True))
-    for a, what in ((ax, "KDA checkpoint flush, all programs due"), (ax_step, "KDA decode step (one token)")):
+    for a, what in ((ax, "KDA checkpoint flush, all programs due"), (ax_step, "KDA decode step and decode layer (one token)")):
         a.set_xscale("log", base=2)
         a.set_yscale("log")
-        a.set_xlabel("batch size (sequences x 32 heads)")
+        a.set_xlabel("batch size B (sequences, 32 heads each)")
         a.set_ylabel("latency, ms (median)")
         a.set_title(f"{what}, L2-cold\n{env.get('gpu', env['device'])}, torch {env['torch']}, "
                     f"triton {env['triton']}, {dates}", fontsize=9)
