@@ -48,9 +48,7 @@ def _move_bytes_kernel(
     NR: gl.constexpr,
 ):
     pid = gl.program_id(0)
-    # the kernel's staging area: views of its codes operand and low-rank tile
-    stage = fg._stage_views(gl.allocate_shared_memory(gl.bfloat16, [NV, NK], fg.OPERAND),
-                            gl.allocate_shared_memory(gl.bfloat16, [2 * fg.LOW_RANK, NK], fg.OPERAND), NV, NK, NL, NR)
+    stage = fg._stage_views(*fg._staged_operands(NV, NK), NV, NK, NL, NR)  # the kernel's staging area
     st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     if pid < num_programs:
         fg._prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,

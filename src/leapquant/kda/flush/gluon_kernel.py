@@ -644,9 +644,8 @@ def _flush_program(
     # the shared operands: allocated here, not in the kernel (Triton 3.6 places a not-inlined
     # function's scratch from offset 0, over the caller's buffers), at the same offsets in every
     # call, so that what one call stages the next one finds
-    c_s = gl.allocate_shared_memory(gl.bfloat16, [NV, NK], OPERAND)  # the codes
+    c_s, ku_s = _staged_operands(NV, NK)
     win_s = gl.allocate_shared_memory(gl.bfloat16, [LOW_RANK, NV], OPERAND)  # A
-    ku_s = gl.allocate_shared_memory(gl.bfloat16, [2 * LOW_RANK, NK], OPERAND)  # KU: hi rows, then lo rows
     new_u_s = gl.allocate_shared_memory(gl.float16, [16, NK], OPERAND)  # new tokens (q negated)
     new_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
     x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)  # thin operand rows
@@ -737,6 +736,16 @@ def _flush_program(
         _prefetch(next_slot, next_head, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
                   C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                   Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+
+
+@gluon.jit
+def _staged_operands(NV: gl.constexpr, NK: gl.constexpr):
+    # the two operands whose memory also stages the next program's inputs (_stage_views): the
+    # codes C [V, K] and the low-rank tile KU (hi rows, then lo rows), bf16
+    # (named as in _flush_program: tests/test_gluon_offline.py finds their offsets by these names)
+    c_s = gl.allocate_shared_memory(gl.bfloat16, [NV, NK], OPERAND)
+    ku_s = gl.allocate_shared_memory(gl.bfloat16, [2 * LOW_RANK, NK], OPERAND)
+    return c_s, ku_s
 
 
 @gluon.jit
