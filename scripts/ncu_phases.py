@@ -37,7 +37,7 @@ HELPER_PHASE = {
     "_prefetch": "inputs", "decay": "rebuild factors", "_mul": "rebuild factors", "rebuild_factors": "rebuild factors",
     "_codes_bf16": "rebuild factors", "_split_bf16": "rebuild factors",
     "thin_products": "thin products", "_store_parts": "thin products", "_stage_columns": "thin products",
-    "_store_low_rank_dots": "thin products",
+    "_store_low_rank_dots": "thin products", "_basis_columns": "thin products",
     "_part_sums": "thin products",
     "_split3_bf16": "thin products", "_select_rows": "thin products",
     "basis": "bases", "_unit_scale": "bases", "_gram": "bases", "_pick": "bases", "_dot": "bases",

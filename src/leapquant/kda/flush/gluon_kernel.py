@@ -16,12 +16,12 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
   128 x 128 operand; both orientations come from the wgmma operand descriptor.
 - The thin operand (s_v x or f y) goes in as three bf16 parts side by side (one wgmma, N = 16):
   exact products, fp32 accumulation.
-- The low-rank corrections: the 32 inner products A x (or KU' y) on the CUDA cores in fp32, then
-  four small wgmmas for S^T x (the window and the token rows of KU^T, two bf16 parts each; the
-  token part scaled by exp(pcum) with the codes' product) or one for S y (against the exact
-  A^T). The window keys' two parts (~2^-16) enter the bases, u and E; E takes the old tokens
-  exactly ((q_hi + q_lo)^T (u_hi + u_lo)), and an error in u only changes E, which is quantised
-  as formed.
+- The low-rank corrections: the inner products A x (or KU' y) of the tiles' 16 window and 8
+  token rows (not of their 8 zero rows) on the CUDA cores in fp32, then four small wgmmas for
+  S^T x (the window and the token rows of KU^T, two bf16 parts each; the token part scaled by
+  exp(pcum) with the codes' product) or two for S y (against the exact A^T). The window keys'
+  two parts (~2^-16) enter the bases, u and E; E takes the old tokens exactly ((q_hi + q_lo)^T
+  (u_hi + u_lo)), and an error in u only changes E, which is quantised as formed.
 - The basis: qk is S^T q0 with each column scaled by its own power of two, not orthonormalised
   (the token basis qv = Q(S qk) is the reference's in exact arithmetic: a QR factor Q does not
   change under an upper-triangular change of basis). qv by Cholesky QR with the 4 x 4 Gram matrix
@@ -46,6 +46,8 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
 Measured on the H200 (BENCHMARKS.md, eleventh session, A/B runs in one process each): 0.919 ms at
 B=512 (4.1x the memory floor; the 8-warp, one-CTA-an-SM kernel before it 1.120), 0.0429 at B=16
 (0.0460); with nothing due 0.0042 ms at B=512 (0.0038), 1 in 16 due 0.0512 at B=256 (0.0501).
+Thirteenth session: the zero rows of the low-rank tiles no longer multiplied, -1 to -2% (B=512
+0.906 ms against 0.919 in the same call).
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
@@ -94,15 +96,18 @@ STACK16 = gl.constexpr(gl.BlockedLayout([4, 4], [1, 32], [4, 1], [1, 0]))
 VEC = gl.constexpr(gl.SliceLayout(0, STACK16))
 # [8, N] token rows (u or q twice): a row a warp, N as VEC has it
 ROW8 = gl.constexpr(gl.BlockedLayout([2, 4], [1, 32], [4, 1], [1, 0]))
-# [32, N, R] products of the low-rank tile's rows with the R columns of a basis: four rows, four
-# elements (VEC's) and the R columns a thread
-DOTS = gl.constexpr(gl.BlockedLayout([8, 4, 4], [1, 32, 1], [4, 1, 1], [2, 1, 0]))
-DOT_ROWS = gl.constexpr(gl.SliceLayout(2, DOTS))  # [32, N] the tile's rows
-DOT_X = gl.constexpr(gl.SliceLayout(0, DOTS))  # [N, R] the basis
+# [16, N, R] products of a low-rank tile's window rows with the R columns of a basis: four rows,
+# four elements (VEC's) and the R columns a thread; [8, N, R] the same for its 2R token rows
+DOTS = gl.constexpr(gl.BlockedLayout([4, 4, 4], [1, 32, 1], [4, 1, 1], [2, 1, 0]))
+TOKEN_DOTS = gl.constexpr(gl.BlockedLayout([2, 4, 4], [1, 32, 1], [4, 1, 1], [2, 1, 0]))
+DOT_ROWS = gl.constexpr(gl.SliceLayout(2, DOTS))  # [16, N] the window rows
+TOKEN_DOT_ROWS = gl.constexpr(gl.SliceLayout(2, TOKEN_DOTS))  # [8, N] the token rows
+DOT_X = gl.constexpr(gl.SliceLayout(0, DOTS))  # [N, R] the basis (TOKEN_DOTS' slice is the same)
 DOT_XC = gl.constexpr(gl.SliceLayout(1, DOT_X))  # [N] one column, as VEC
-# [32, 32, R] the lanes' partial sums (row, lane, column), regrouped so that a thread adds 16 of a
-# row's 32 and one shuffle the rest (in place of five shuffle rounds over every lane)
-PARTIALS = gl.constexpr(gl.BlockedLayout([2, 16, 1], [4, 2, 4], [4, 1, 1], [1, 2, 0]))
+# [M, 32, R] the lanes' partial sums (row, lane, column), regrouped so that a thread adds 16 (8) of
+# a row's 32 and one (two) shuffles the rest (in place of five shuffle rounds over every lane)
+PARTIALS = gl.constexpr(gl.BlockedLayout([1, 16, 1], [4, 2, 4], [4, 1, 1], [1, 2, 0]))  # M = 16
+TOKEN_PARTIALS = gl.constexpr(gl.BlockedLayout([1, 8, 1], [2, 4, 4], [4, 1, 1], [1, 2, 0]))  # M = 8
 THIN_COLS = gl.constexpr(gl.BlockedLayout([4, 4], [32, 1], [1, 4], [1, 0]))  # [N, R]: VEC's rows, R in-thread
 EVERY16 = gl.constexpr(gl.BlockedLayout([16], [32], [4], [0]))  # [16], every thread holds all
 # window [L, K]: each thread owns whole columns, so the decay products along j are in-thread
@@ -381,25 +386,32 @@ def _store_parts(dst, c0, c1, c2, c3):
 
 
 @gluon.jit
-def _store_low_rank_dots(dst, rows, x0, x1, x2, x3):
-    # dst [32, THIN] <- the B operand of a low-rank correction: row j holds the inner products of
-    # row j of ``rows`` [32, N] (DOT_ROWS) with x0..x3 (VEC) as columns (hi; lo; mid; 0)
+def _basis_columns(x0, x1, x2, x3):
+    # [N, R] (DOT_X) whose columns are x0..x3 (VEC)
     c = gl.arange(0, 4, layout=gl.SliceLayout(0, DOT_X))[None, :]
-    x = gl.where(c == 0, gl.convert_layout(x0, DOT_XC, assert_trivial=True)[:, None],
-                 gl.where(c == 1, gl.convert_layout(x1, DOT_XC, assert_trivial=True)[:, None],
-                          gl.where(c == 2, gl.convert_layout(x2, DOT_XC, assert_trivial=True)[:, None],
-                                   gl.convert_layout(x3, DOT_XC, assert_trivial=True)[:, None])))
-    prod = rows[:, :, None] * x[None, :, :]  # [32, N, R]
+    return gl.where(c == 0, gl.convert_layout(x0, DOT_XC, assert_trivial=True)[:, None],
+                    gl.where(c == 1, gl.convert_layout(x1, DOT_XC, assert_trivial=True)[:, None],
+                             gl.where(c == 2, gl.convert_layout(x2, DOT_XC, assert_trivial=True)[:, None],
+                                      gl.convert_layout(x3, DOT_XC, assert_trivial=True)[:, None])))
+
+
+@gluon.jit
+def _store_low_rank_dots(dst, rows, x, PARTS: gl.constexpr):
+    # dst [M, THIN] <- rows of the B operand of a low-rank correction: row j holds the inner
+    # products of row j of ``rows`` [M, N] (DOT_ROWS or TOKEN_DOT_ROWS) with the columns of x [N, R]
+    # (the same tiles' slice), in parts (hi; lo; mid; 0); PARTS regroups the lanes' partial sums
     nn: gl.constexpr = rows.shape[1]
-    part = gl.sum(gl.reshape(prod, [32, 32, nn // 32, 4]), axis=2)  # a lane's partial sums (in-thread)
-    d = gl.sum(gl.convert_layout(part, PARTIALS), axis=1)  # [32, R]
+    mm: gl.constexpr = rows.shape[0]
+    prod = rows[:, :, None] * x[None, :, :]  # [M, N, R]
+    part = gl.sum(gl.reshape(prod, [mm, 32, nn // 32, 4]), axis=2)  # a lane's partial sums (in-thread)
+    d = gl.sum(gl.convert_layout(part, PARTS), axis=1)  # [M, R]
     hi = d.to(gl.bfloat16)
     rest = d - hi.to(gl.float32)
     mid = rest.to(gl.bfloat16)
     lo = (rest - mid.to(gl.float32)).to(gl.bfloat16)
-    g = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, PARTIALS)))[None, :, None]  # the part
+    g = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, PARTS)))[None, :, None]  # the part
     tile = gl.where(g == 0, hi[:, None, :], gl.where(g == 1, lo[:, None, :], gl.where(g == 2, mid[:, None, :], 0.0)))
-    dst.store(gl.reshape(tile, [32, THIN]))  # column 4 part + c
+    dst.store(gl.reshape(tile, [mm, THIN]))  # column 4 part + c
 
 
 @gluon.jit
@@ -455,7 +467,7 @@ def rebuild_factors(keys, decay_j, wj, u8, q8, ubuf_rows, codes, c_s, win_s, ku_
 
 
 @gluon.jit
-def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, win_s, ku_s, vec_s, TRANSPOSE: gl.constexpr, NN: gl.constexpr,
+def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, TRANSPOSE: gl.constexpr, NN: gl.constexpr,
                   NL: gl.constexpr, QM: gl.constexpr):
     """S^T x (TRANSPOSE: x [V, R] -> [K, R]) or S y (y [K, R] -> [V, R]) on the factors, the R
     columns given and returned as [N] vectors (VEC):
@@ -464,37 +476,44 @@ def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, win_s, ku_s, vec_s, TRANSPOSE: 
         S y   = s_v (C (f y)) + A^T (KU' y),   KU' = KU with its token rows times exp(pcum)
 
     (w: the window rows, t: the token rows). The big product takes the thin operand in three
-    bf16 parts against the bf16 codes; the corrections take the 32 fp32 inner products A x (or
-    KU' y) in three parts against KU^T in two (or the exact A^T)."""
+    bf16 parts against the bf16 codes; the corrections take the L + 2R fp32 inner products A x
+    (or KU' y) of the tiles' window and token rows (their zero rows are not multiplied) in three
+    parts, the window rows' (b_s) and the token rows' (bt_s, zero from row 2R on) as two operands
+    against KU^T in two parts (or the exact A^T)."""
+    TOKEN_ROWS: gl.constexpr = 8  # 2R: the tokens twice (KU) or q in two parts (A)
     gl.thread_barrier()  # every warp's earlier products have read x_s and b_s, its factors are written
     if TRANSPOSE:
         inner = vec_s[SV_ROW].load(VEC)
-        rows = win_s.load(DOT_ROWS).to(gl.float32)  # A
+        rows = win_s.slice(0, NL).load(DOT_ROWS).to(gl.float32)  # A's window rows (ubuf)
+        token_rows = win_s.slice(NL, TOKEN_ROWS).load(TOKEN_DOT_ROWS).to(gl.float32)  # q_hi; q_lo
     else:
         inner = vec_s[F_ROW].load(VEC)
-        m = gl.arange(0, LOW_RANK, layout=gl.SliceLayout(1, DOT_ROWS))[:, None]
-        decay_t = gl.where(m >= NL, vec_s[DECAY_ROW].load(gl.SliceLayout(0, DOT_ROWS))[None, :], 1.0)
-        rows = (ku_s.slice(0, LOW_RANK).load(DOT_ROWS).to(gl.float32) +
-                ku_s.slice(LOW_RANK, LOW_RANK).load(DOT_ROWS).to(gl.float32)) * decay_t  # KU'
+        rows = (ku_s.slice(0, NL).load(DOT_ROWS).to(gl.float32) +
+                ku_s.slice(LOW_RANK, NL).load(DOT_ROWS).to(gl.float32))  # KU's window rows
+        token_rows = ((ku_s.slice(NL, TOKEN_ROWS).load(TOKEN_DOT_ROWS).to(gl.float32) +
+                       ku_s.slice(LOW_RANK + NL, TOKEN_ROWS).load(TOKEN_DOT_ROWS).to(gl.float32)) *
+                      vec_s[DECAY_ROW].load(gl.SliceLayout(0, TOKEN_DOT_ROWS))[None, :])  # U'; U'
     _store_parts(x_s, inner * x0, inner * x1, inner * x2, inner * x3)
-    _store_low_rank_dots(b_s, rows, x0, x1, x2, x3)
+    x = _basis_columns(x0, x1, x2, x3)
+    _store_low_rank_dots(b_s, rows, x, PARTIALS)
+    _store_low_rank_dots(bt_s.slice(0, TOKEN_ROWS), token_rows,
+                         gl.convert_layout(x, gl.SliceLayout(0, TOKEN_DOTS), assert_trivial=True), TOKEN_PARTIALS)
     fence_async_shared()
     gl.thread_barrier()
     zero = gl.zeros([NN, THIN], gl.float32, ACC_THIN)
     if TRANSPOSE:
         acc = warpgroup_mma(c_s.permute((1, 0)), x_s.permute((1, 0)), zero, is_async=True)  # C^T (s_v x)
-        low = warpgroup_mma(ku_s.slice(0, NL).permute((1, 0)), b_s.slice(0, NL), zero, is_async=True)
-        low = warpgroup_mma(ku_s.slice(LOW_RANK, NL).permute((1, 0)), b_s.slice(0, NL), low, is_async=True)
-        tok = warpgroup_mma(ku_s.slice(NL, LOW_RANK - NL).permute((1, 0)), b_s.slice(NL, LOW_RANK - NL), zero,
-                            is_async=True)
-        tok = warpgroup_mma(ku_s.slice(LOW_RANK + NL, LOW_RANK - NL).permute((1, 0)), b_s.slice(NL, LOW_RANK - NL),
-                            tok, is_async=True)
+        low = warpgroup_mma(ku_s.slice(0, NL).permute((1, 0)), b_s, zero, is_async=True)
+        low = warpgroup_mma(ku_s.slice(LOW_RANK, NL).permute((1, 0)), b_s, low, is_async=True)
+        tok = warpgroup_mma(ku_s.slice(NL, LOW_RANK - NL).permute((1, 0)), bt_s, zero, is_async=True)
+        tok = warpgroup_mma(ku_s.slice(LOW_RANK + NL, LOW_RANK - NL).permute((1, 0)), bt_s, tok, is_async=True)
         acc, low, tok = warpgroup_mma_wait(0, deps=[acc, low, tok])
         sk = vec_s[SK_ROW].load(THIN_ROWS) * (1.0 / QM)
         acc = (acc * sk[:, None] + tok) * vec_s[DECAY_ROW].load(THIN_ROWS)[:, None] + low
     else:
         acc = warpgroup_mma(c_s, x_s.permute((1, 0)), zero, is_async=True)  # C (f y)
-        low = warpgroup_mma(win_s.permute((1, 0)), b_s, zero, is_async=True)  # A^T (KU' y)
+        low = warpgroup_mma(win_s.slice(0, NL).permute((1, 0)), b_s, zero, is_async=True)  # A^T (KU' y)
+        low = warpgroup_mma(win_s.slice(NL, LOW_RANK - NL).permute((1, 0)), bt_s, low, is_async=True)
         acc, low = warpgroup_mma_wait(0, deps=[acc, low])
         acc = acc * vec_s[SV_ROW].load(THIN_ROWS)[:, None] + low
     return _part_sums(acc, NN)
@@ -649,7 +668,8 @@ def _flush_program(
     new_u_s = gl.allocate_shared_memory(gl.float16, [16, NK], OPERAND)  # new tokens (q negated)
     new_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
     x_s = gl.allocate_shared_memory(gl.bfloat16, [THIN, NV], OPERAND)  # thin operand rows
-    b_s = gl.allocate_shared_memory(gl.bfloat16, [LOW_RANK, THIN], OPERAND_B)  # low-rank correction rows
+    b_s = gl.allocate_shared_memory(gl.bfloat16, [NL, THIN], OPERAND_B)  # low-rank corrections: window rows
+    bt_s = gl.allocate_shared_memory(gl.bfloat16, [LOW_RANK - NL, THIN], OPERAND_B)  # token rows, then zeros
     vec_s = (gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1),
              gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1))
     q0_s = (gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NV], PLAIN1),
@@ -657,7 +677,7 @@ def _flush_program(
     stage = _stage_views(c_s, ku_s, NV, NK, NL, NR)
     # every call: q0 and the tiles' zero rows (the allocator may reuse their memory after their
     # last use in a call); the first one also stages its own inputs
-    _set_up_buffers(q0, q0_s, win_s, ku_s, NV, NL, NR)
+    _set_up_buffers(q0, q0_s, win_s, ku_s, bt_s, NV, NL, NR)
     if first:
         _prefetch(slot, head, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
                   C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
@@ -688,7 +708,7 @@ def _flush_program(
 
     # one round of subspace iteration on the factors
     a0, a1, a2, a3 = thin_products(q0_s[0].load(VEC), q0_s[1].load(VEC), q0_s[2].load(VEC), q0_s[3].load(VEC),
-                                   c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # S^T q0
+                                   c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # S^T q0
     # qk = S^T q0 with each column scaled by its own power of two, not orthonormalised: the
     # reference's qk is S^T q0 R^-1 (R upper triangular with a positive diagonal), and S qk R^-1
     # has the same QR factor Q as S qk, so qv is the reference's in exact arithmetic
@@ -696,7 +716,7 @@ def _flush_program(
     k1 = _unit_scale(a1)
     k2 = _unit_scale(a2)
     k3 = _unit_scale(a3)
-    b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, win_s, ku_s, vec_s, False, NV, NL, QM)  # S qk
+    b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, False, NV, NL, QM)  # S qk
     p0, p1, p2, p3, ill = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, False)  # qv, the token basis
     if ill:
         # rare: S S^T q0 conditioned beyond ~1e4 (a rank-deficient or very coherent state, q0
@@ -704,9 +724,9 @@ def _flush_program(
         # tokens' precision: the reference's path, qk orthonormalised first (a dependent column
         # replaced by e_r)
         k0, k1, k2, k3, _ = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND, True)
-        b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, win_s, ku_s, vec_s, False, NV, NL, QM)
+        b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, False, NV, NL, QM)
         p0, p1, p2, p3, _ = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, True)
-    u0, u1, u2, u3 = thin_products(p0, p1, p2, p3, c_s, x_s, b_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # uk = S^T qv
+    u0, u1, u2, u3 = thin_products(p0, p1, p2, p3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # uk = S^T qv
     # where fp16 u_r would overflow (coherent states above |S| ~ 6e3) a power of two moves from
     # u_r to q_r: exact for q^T u. Without max|S| there is no cheap bound to skip the check.
     u0, p0 = _guard_overflow(u0, p0, U_LIMIT)
@@ -765,7 +785,7 @@ def _stage_views(c_s, ku_s, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr
 
 
 @gluon.jit
-def _set_up_buffers(q0, q0_s, win_s, ku_s, NV: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
+def _set_up_buffers(q0, q0_s, win_s, ku_s, bt_s, NV: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
     # every call of _flush_program (the allocator may give their memory to scratch after their
     # last use in a call): q0's columns into shared memory (the first product reads them) and
     # the low-rank tiles' rows that stay zero (from L + 2R on)
@@ -776,6 +796,7 @@ def _set_up_buffers(q0, q0_s, win_s, ku_s, NV: gl.constexpr, NL: gl.constexpr, N
     win_s.slice(NL + 2 * NR, LOW_RANK - NL - 2 * NR).store(zero)
     ku_s.slice(NL + 2 * NR, LOW_RANK - NL - 2 * NR).store(zero)
     ku_s.slice(LOW_RANK + NL + 2 * NR, LOW_RANK - NL - 2 * NR).store(zero)
+    bt_s.slice(2 * NR, LOW_RANK - NL - 2 * NR).store(gl.zeros([LOW_RANK - NL - 2 * NR, THIN], gl.bfloat16, ROW8))
     fence_async_shared()
     gl.thread_barrier()
 
