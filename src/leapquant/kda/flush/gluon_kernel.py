@@ -97,7 +97,8 @@ VEC = gl.constexpr(gl.SliceLayout(0, STACK16))
 # [8, N] token rows (u or q twice): a row a warp, N as VEC has it
 ROW8 = gl.constexpr(gl.BlockedLayout([2, 4], [1, 32], [4, 1], [1, 0]))
 # [16, N, R] products of a low-rank tile's window rows with the R columns of a basis: four rows,
-# four elements (VEC's) and the R columns a thread; [8, N, R] the same for its 2R token rows
+# four elements (VEC's) and the R columns a thread; [8, N, R] those of its 2R token rows (two rows
+# a thread)
 DOTS = gl.constexpr(gl.BlockedLayout([4, 4, 4], [1, 32, 1], [4, 1, 1], [2, 1, 0]))
 TOKEN_DOTS = gl.constexpr(gl.BlockedLayout([2, 4, 4], [1, 32, 1], [4, 1, 1], [2, 1, 0]))
 DOT_ROWS = gl.constexpr(gl.SliceLayout(2, DOTS))  # [16, N] the window rows
