@@ -863,28 +863,31 @@ def _flush_kernel(
         gl.thread_barrier()  # the picks are written by other threads of this CTA
         fence_async_shared()
         n = gl.cdiv(count - pid, G)
-        for t in range(0, n):
-            p = gl.load(mine + t)
-            nxt = gl.load(mine + t + 1, mask=t + 1 < n, other=0)
-            _flush_program(
-                (p // NH).to(gl.int64), p % NH, (nxt // NH).to(gl.int64), nxt % NH, t + 1 < n, t == 0,
-                codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-                kbuf, ubuf, gbuf, w, pcum, ones, q0,
-                C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
-                QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
-            )
+        start = 0  # i: the CTA's picks in order
+        stop = n
+        step = 1
     else:
-        for c in range(pid, num_programs, G):
-            nxt = c + G
-            _flush_program(
-                (c // NH).to(gl.int64), c % NH, (nxt // NH).to(gl.int64), nxt % NH, nxt < num_programs, c == pid,
-                codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-                kbuf, ubuf, gbuf, w, pcum, ones, q0,
-                C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
-                QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
-            )
+        start = pid  # i: programs pid, pid + G, ...
+        stop = num_programs
+        step = G
+    # one call site for both modes: program p now, nxt staged for the next iteration
+    for i in range(start, stop, step):
+        if IN_PLACE:
+            p = gl.load(mine + i)
+            nxt = gl.load(mine + i + 1, mask=i + 1 < n, other=0)
+            has_next = i + 1 < n
+        else:
+            p = i
+            nxt = i + G
+            has_next = nxt < num_programs
+        _flush_program(
+            (p // NH).to(gl.int64), p % NH, (nxt // NH).to(gl.int64), nxt % NH, has_next, i == start,
+            codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+            kbuf, ubuf, gbuf, w, pcum, ones, q0,
+            C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+            Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
+            QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
+        )
 
 
 @functools.lru_cache(maxsize=None)
