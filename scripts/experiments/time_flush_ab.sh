@@ -3,8 +3,9 @@
 # builds them from patches) when device time is short: each candidate's outputs bit for bit
 # against BASE's (scripts/compare_outputs.py, B=512), then the bench's pool timing (all due,
 # L2-cold) at B=512 (FLUSH_B: comma-separated batch sizes instead; STEADY=1: also 1 in 16 due
-# at B=256; NOTHING=1: also nothing due at B=512), the versions interleaved twice, one process each. STEP=1: the decode step's pool
-# timing too (bench.time_step at B=64, 256 and 512; the step's outputs are not compared).
+# at B=256; NOTHING=1: also nothing due at B=512), the versions interleaved twice, one process
+# each. STEP=1: the decode step's pool timing too (bench.time_step at B=64, 256 and 512; the
+# step's outputs are not compared).
 #   [STEP=1] bash scripts/experiments/time_flush_ab.sh BASE CANDIDATE [CANDIDATE ...]
 set -u
 cd "$(dirname "$0")/../.."

@@ -727,7 +727,8 @@ def _flush_program(
         k0, k1, k2, k3, _ = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND, True)
         b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, False, NV, NL, QM)
         p0, p1, p2, p3, _ = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, True)
-    u0, u1, u2, u3 = thin_products(p0, p1, p2, p3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # uk = S^T qv
+    # uk = S^T qv
+    u0, u1, u2, u3 = thin_products(p0, p1, p2, p3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, True, NK, NL, QM)
     # where fp16 u_r would overflow (coherent states above |S| ~ 6e3) a power of two moves from
     # u_r to q_r: exact for q^T u. Without max|S| there is no cheap bound to skip the check.
     u0, p0 = _guard_overflow(u0, p0, U_LIMIT)
