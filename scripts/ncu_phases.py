@@ -46,7 +46,8 @@ HELPER_PHASE = {
     "_guard_overflow": "tokens", "residual": "residual",
     "scales_and_codes": "scales and codes", "_column_sums": "scales and codes",
     "_store_checkpoint": "stores and resets", "_reset_window": "stores and resets",
-    "_stage_views": "inputs", "_set_up_buffers": "inputs",
+    "_stage_views": "inputs", "_stage_words": "inputs", "_set_up_buffers": "inputs", "_keep_staged": "inputs",
+    "_stacked": "rebuild factors", "_staging_buffer": "inputs", "_split_row": "thin products",
     "_add": "kernel (_flush_kernel)", "_popc": "kernel (_flush_kernel)",  # the flag scan's
     "_nth_set_bit": "kernel (_flush_kernel)",
 }
@@ -55,7 +56,7 @@ PROGRAM_MARKERS = (
     ("this program's inputs", "inputs"), ("rebuild_factors(", "rebuild factors"),
     ("# one round of subspace iteration", "subspace calls"), ("# where fp16 u_r would overflow", "tokens"),
     ("e = residual(", "residual"), ("_store_checkpoint(", "stores and resets"),
-    ("# the next program's inputs, staged", "next program's copies"),
+    ("# the next program's inputs: their copies", "next program's copies"), ("# uk = S^T qv", "uk call"),
 )
 
 

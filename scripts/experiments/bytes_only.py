@@ -48,7 +48,7 @@ def _move_bytes_kernel(
     NR: gl.constexpr,
 ):
     pid = gl.program_id(0)
-    stage = fg._stage_views(*fg._staged_operands(NV, NK), NV, NK, NL, NR)  # the kernel's staging area
+    stage = fg._stage_views(fg._staging_buffer(NV, NK), NV, NK, NL, NR)  # the kernel's staging area
     st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     if pid < num_programs:
         fg._prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
@@ -63,8 +63,8 @@ def _move_bytes_kernel(
         codes = st_codes.load(fg.BYTES)
         sk = st_sk.load(fg.WORDS)
         sv = st_sv.load(fg.WORDS)
-        u = st_u.load(fg.ROW8)  # the tokens twice (rows r and R + r); rows from R on are not stored
-        q = st_q.load(fg.ROW8)
+        u = st_u.load(fg.ROW4)
+        q = st_q.load(fg.ROW4)
         gl.thread_barrier()  # the staging area is free again
         nxt = c + CTAS
         if nxt < num_programs:

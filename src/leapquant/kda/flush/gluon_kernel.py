@@ -39,15 +39,19 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
 - ``_flush_program`` is not inlined, so that its per-thread constants are computed in each call
   instead of held across the persistent loop, and it allocates every shared buffer itself
   (Triton 3.6 lays a not-inlined function's scratch from offset 0, whatever its caller holds).
-  The next program's inputs are copied (cp.async) into the codes' operand and the low-rank tile
-  KU, dead from the residual on, as the call's last act; the allocator places those two lowest,
-  under no scratch of the call (``tests/test_gluon_offline.py`` reads the offsets).
+  The next program's inputs are copied (cp.async) into a staging buffer of the call's own while
+  it runs its last thin product, the residual and the scales (issued after the basis: earlier,
+  B=512 lost 3%; at the residual, the copies' addresses spilled); a masked-off copy at the call's
+  end keeps the buffer allocated to the end, so that the allocator places it lowest, under no
+  scratch of the call (``tests/test_gluon_offline.py`` reads the offsets).
 
 Measured on the H200 (BENCHMARKS.md, eleventh session, A/B runs in one process each): 0.919 ms at
 B=512 (4.1x the memory floor; the 8-warp, one-CTA-an-SM kernel before it 1.120), 0.0429 at B=16
 (0.0460); with nothing due 0.0042 ms at B=512 (0.0038), 1 in 16 due 0.0512 at B=256 (0.0501).
 Thirteenth session: the zero rows of the low-rank tiles no longer multiplied, -1 to -2% (B=512
-0.906 ms against 0.919 in the same call).
+0.906 ms against 0.919 in the same call). Fourteenth: the split columns picked in registers (-1.5
+to -2.2% at B >= 64), then the next program's copies under the last product (-2.7 to -4.6% at B
+>= 64, -2% at 1 in 16 due, +2.7% at B=16; B=512 0.864 ms against 0.888 in the same call).
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
@@ -96,6 +100,7 @@ STACK16 = gl.constexpr(gl.BlockedLayout([4, 4], [1, 32], [4, 1], [1, 0]))
 VEC = gl.constexpr(gl.SliceLayout(0, STACK16))
 # [8, N] token rows (u or q twice): a row a warp, N as VEC has it
 ROW8 = gl.constexpr(gl.BlockedLayout([2, 4], [1, 32], [4, 1], [1, 0]))
+ROW4 = gl.constexpr(gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0]))  # [R, N] tokens: a row a warp
 # [16, N, R] products of a low-rank tile's window rows with the R columns of a basis: four rows,
 # four elements (VEC's) and the R columns a thread; [8, N, R] those of its 2R token rows (two rows
 # a thread)
@@ -120,7 +125,7 @@ FLAGS = gl.constexpr(gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0]))
 PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
 PLAIN1 = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
 # the next program's inputs are copied (cp.async, 16 bytes a thread where rows allow) into the
-# operands that are dead from the residual on
+# staging buffer (_stage_views)
 HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))  # [16, N] 16-bit rows
 TOKEN_COPY = gl.constexpr(gl.BlockedLayout([1, 2], [1, 32], [4, 1], [1, 0]))  # [R, N] fp16 tokens
 WORDS = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # [N] fp32 (and the flag scan's [slots] due-bit words)
@@ -167,6 +172,12 @@ def _nth_set_bit(x, n):
     # position of the n-th (n >= 1) set bit of each int32 from bit 0 up (-1 if it has fewer)
     return gl.inline_asm_elementwise("fns.b32 $0, $1, 0, $2;", "=r,r,r", [x, n], dtype=gl.int32, is_pure=True,
                                      pack=1)
+
+
+@gluon.jit
+def _stacked(a, b):
+    # [2M, N]: the rows of a [M, N], then those of b (a register layout, no exchange)
+    return gl.reshape(gl.permute(gl.join(a, b), (2, 0, 1)), [2 * a.shape[0], a.shape[1]])
 
 
 @gluon.jit
@@ -457,22 +468,21 @@ def decay(g_after):
 
 
 @gluon.jit
-def rebuild_factors(keys, decay_j, wj, u8, q8, ubuf_rows, codes, c_s, win_s, ku_s, NL: gl.constexpr,
+def rebuild_factors(keys, decay_j, wj, u4, q4, ubuf_rows, codes, c_s, win_s, ku_s, NL: gl.constexpr,
                     NR: gl.constexpr):
     """SPEC step 2 as factors in shared memory (S itself is never formed): the codes as bf16
     (``c_s``), A = [ubuf; q_hi; q_lo; 0] (``win_s``, exact) and KU = [w_j kbuf_j D_j; u; u; 0] in
-    two bf16 parts (``ku_s`` rows 0-31 and 32-63; the tokens' parts are exact). ``u8``/``q8``
-    [8, N] (ROW8) hold the tokens twice (rows r and R + r): A's token rows pair with KU's, so that
-    A_t^T KU_t = (q_hi + q_lo)^T (u_hi + u_lo) = q^T u exactly."""
+    two bf16 parts (``ku_s`` rows 0-31 and 32-63; the tokens' parts are exact). ``u4``/``q4``
+    [R, N] (ROW4) are the tokens; the tiles hold them twice (rows r and R + r): A's token rows
+    pair with KU's, so that A_t^T KU_t = (q_hi + q_lo)^T (u_hi + u_lo) = q^T u exactly."""
     keys_hi, keys_lo = _split_bf16(keys * decay_j * wj[:, None])
     ku_s.slice(0, NL).store(keys_hi)
     ku_s.slice(LOW_RANK, NL).store(keys_lo)
-    u_hi, u_lo = _split_bf16(u8.to(gl.float32))  # fp16 = bf16 + bf16, exactly
-    ku_s.slice(NL, 2 * NR).store(u_hi)
-    ku_s.slice(LOW_RANK + NL, 2 * NR).store(u_lo)
-    q_hi, q_lo = _split_bf16(q8.to(gl.float32))
-    r = gl.arange(0, 2 * NR, layout=gl.SliceLayout(1, ROW8))[:, None]
-    win_s.slice(NL, 2 * NR).store(gl.where(r < NR, q_hi, q_lo))
+    u_hi, u_lo = _split_bf16(u4.to(gl.float32))  # fp16 = bf16 + bf16, exactly
+    ku_s.slice(NL, 2 * NR).store(_stacked(u_hi, u_hi))
+    ku_s.slice(LOW_RANK + NL, 2 * NR).store(_stacked(u_lo, u_lo))
+    q_hi, q_lo = _split_bf16(q4.to(gl.float32))
+    win_s.slice(NL, 2 * NR).store(_stacked(q_hi, q_lo))
     win_s.slice(0, NL).store(ubuf_rows)
     c_s.store(_codes_bf16(codes))
 
@@ -604,15 +614,12 @@ def _prefetch(
     async_copy.async_copy_global_to_shared(st_gbuf, g_after)
     async_copy.async_copy_global_to_shared(st_kbuf, kbuf + prog * (NL * NK) + j * NK + nh)
     async_copy.async_copy_global_to_shared(st_ubuf, ubuf + prog * (NL * NV) + j * NV + nh)
-    # the tokens twice (rows r and R + r): the low-rank tiles pair U' with q_hi and with q_lo
     jr = gl.arange(0, NR, layout=gl.SliceLayout(1, TOKEN_COPY))[:, None]
     nr = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKEN_COPY))[None, :]
     u_rows = u_in + slot * U_SLOT + head * U_HEAD + jr * U_ROW + nr
     q_rows = q_in + slot * Q_SLOT + head * Q_HEAD + jr * Q_ROW + nr
-    async_copy.async_copy_global_to_shared(st_u.slice(0, NR), u_rows)
-    async_copy.async_copy_global_to_shared(st_u.slice(NR, NR), u_rows)
-    async_copy.async_copy_global_to_shared(st_q.slice(0, NR), q_rows)
-    async_copy.async_copy_global_to_shared(st_q.slice(NR, NR), q_rows)
+    async_copy.async_copy_global_to_shared(st_u, u_rows)
+    async_copy.async_copy_global_to_shared(st_q, q_rows)
     n = gl.arange(0, NK, layout=WORDS)
     async_copy.async_copy_global_to_shared(st_pcum, pcum + prog * NK + n)
     async_copy.async_copy_global_to_shared(st_sk, sk_in + slot * SK_SLOT + head * SK_HEAD + n)
@@ -674,7 +681,9 @@ def _flush_program(
     # the shared operands: allocated here, not in the kernel (Triton 3.6 places a not-inlined
     # function's scratch from offset 0, over the caller's buffers), at the same offsets in every
     # call, so that what one call stages the next one finds
-    c_s, ku_s = _staged_operands(NV, NK)
+    stage_s = _staging_buffer(NV, NK)
+    c_s = gl.allocate_shared_memory(gl.bfloat16, [NV, NK], OPERAND)  # the codes C [V, K]
+    ku_s = gl.allocate_shared_memory(gl.bfloat16, [2 * LOW_RANK, NK], OPERAND)  # KU: hi rows, then lo rows
     win_s = gl.allocate_shared_memory(gl.bfloat16, [LOW_RANK, NV], OPERAND)  # A
     new_u_s = gl.allocate_shared_memory(gl.float16, [16, NK], OPERAND)  # new tokens (q negated)
     new_q_s = gl.allocate_shared_memory(gl.float16, [16, NV], OPERAND)
@@ -685,7 +694,7 @@ def _flush_program(
              gl.allocate_shared_memory(gl.float32, [NK], PLAIN1), gl.allocate_shared_memory(gl.float32, [NK], PLAIN1))
     q0_s = (gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NV], PLAIN1),
             gl.allocate_shared_memory(gl.float32, [NV], PLAIN1), gl.allocate_shared_memory(gl.float32, [NV], PLAIN1))
-    stage = _stage_views(c_s, ku_s, NV, NK, NL, NR)
+    stage = _stage_views(stage_s, NV, NK, NL, NR)
     # every call: q0 and the tiles' zero rows (the allocator may reuse their memory after their
     # last use in a call); the first one also stages its own inputs
     _set_up_buffers(q0, q0_s, win_s, ku_s, bt_s, NV, NL, NR)
@@ -695,7 +704,7 @@ def _flush_program(
                   Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
 
     # this program's inputs, staged by _prefetch, into registers (the next one's copies start
-    # at the end of this call)
+    # before this one's last thin product)
     st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     async_copy.wait_group(0)
     gl.thread_barrier()  # every thread's copies have landed; the previous program is done with every buffer
@@ -703,8 +712,8 @@ def _flush_program(
     keys = st_kbuf.load(WIN).to(gl.float32)
     wj = st_w.load(gl.SliceLayout(1, WIN))
     ubuf_rows = st_ubuf.load(HALVES)
-    u8 = st_u.load(ROW8)
-    q8 = st_q.load(ROW8)
+    u4 = st_u.load(ROW4)
+    q4 = st_q.load(ROW4)
     codes = st_codes.load(BYTES)
     # the per-program vectors once, for every layout that reads them later
     pc = gl.exp(st_pcum.load(WORDS))
@@ -713,9 +722,8 @@ def _flush_program(
     vec_s[SK_ROW].store(s_k)
     vec_s[SV_ROW].store(st_sv.load(WORDS))
     vec_s[F_ROW].store(s_k * pc * (1.0 / QM))
-    gl.thread_barrier()  # the staging area (the operands' memory) is free again
 
-    rebuild_factors(keys, decay(g_after), wj, u8, q8, ubuf_rows, codes, c_s, win_s, ku_s, NL, NR)
+    rebuild_factors(keys, decay(g_after), wj, u4, q4, ubuf_rows, codes, c_s, win_s, ku_s, NL, NR)
 
     # one round of subspace iteration on the factors
     a0, a1, a2, a3 = thin_products(q0_s[0].load(VEC), q0_s[1].load(VEC), q0_s[2].load(VEC), q0_s[3].load(VEC),
@@ -737,6 +745,12 @@ def _flush_program(
         k0, k1, k2, k3, _ = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND, True)
         b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, False, NV, NL, QM)
         p0, p1, p2, p3, _ = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, True)
+    # the next program's inputs: their copies run under this program's last product, residual,
+    # scales and stores
+    if has_next:
+        _prefetch(next_slot, next_head, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
+                  C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+                  Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
     # uk = S^T qv
     u0, u1, u2, u3 = thin_products(p0, p1, p2, p3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, True, NK, NL, QM)
     # where fp16 u_r would overflow (coherent states above |S| ~ 6e3) a power of two moves from
@@ -761,39 +775,47 @@ def _flush_program(
     if IN_PLACE:
         # every window load above has landed in registers before these stores issue
         _reset_window(prog, w, gbuf, pcum, NL, NK)
-    # the next program's inputs, staged in the codes' and KU's memory (dead since the residual):
-    # last, so that no later scratch of this call lands on them
-    gl.thread_barrier()
-    if has_next:
-        _prefetch(next_slot, next_head, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
-                  C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                  Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+    _keep_staged(stage_s, pcum, NV, NK)
 
 
 @gluon.jit
-def _staged_operands(NV: gl.constexpr, NK: gl.constexpr):
-    # the two operands whose memory also stages the next program's inputs (_stage_views): the
-    # codes C [V, K] and the low-rank tile KU (hi rows, then lo rows), bf16
-    # (named as in _flush_program: tests/test_gluon_offline.py finds their offsets by these names)
-    c_s = gl.allocate_shared_memory(gl.bfloat16, [NV, NK], OPERAND)
-    ku_s = gl.allocate_shared_memory(gl.bfloat16, [2 * LOW_RANK, NK], OPERAND)
-    return c_s, ku_s
+def _staging_buffer(NV: gl.constexpr, NK: gl.constexpr):
+    # the next program's inputs, copied (cp.async) while this program computes (_stage_views), in
+    # memory of its own that every call keeps live to its end (``_keep_staged``), so that no
+    # allocation or scratch of the call lands on copies in flight
+    # (named as in _flush_program: tests/test_gluon_offline.py finds its offset by this name)
+    return gl.allocate_shared_memory(gl.bfloat16, [NV, NK], PLAIN)
 
 
 @gluon.jit
-def _stage_views(c_s, ku_s, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
+def _stage_words(stage, NV: gl.constexpr, NK: gl.constexpr):
+    # the staging buffer's last 2 KB as [4 N] fp32 words
+    return stage._reinterpret(gl.float32, [NV * NK // 2], PLAIN1).slice(NV * NK // 2 - 4 * NK, 4 * NK)
+
+
+@gluon.jit
+def _stage_views(stage, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
     # the staging area of the next program's inputs, in _prefetch's order (codes, gates, keys,
-    # values, u, q, pcum, s_k, s_v, w): views of the codes' bf16 operand (32 KB: the codes 16 KB,
-    # the window 12 KB, the tokens 4 KB) and of the low-rank tile KU (the vectors), both dead from
-    # the residual's last product until the next program's rebuild_factors
-    gl.static_assert(NV * NK * 2 == 4 * NL * NK * 2 + 3 * NL * NK * 2 + 2 * 2 * NR * NK * 2)
-    halves = c_s._reinterpret(gl.float16, [NV, NK], PLAIN)  # 256-byte rows: the codes in 0-63, then
-    bf16_rows = c_s._reinterpret(gl.bfloat16, [NV, NK], PLAIN)  # the gates, keys, values, u and q
-    words = ku_s._reinterpret(gl.float32, [LOW_RANK * NK], PLAIN1)  # [N] fp32 rows
-    return (c_s._reinterpret(gl.int8, [2 * NV, NK], PLAIN).slice(0, NV), halves.slice(4 * NL, NL),
-            bf16_rows.slice(5 * NL, NL), bf16_rows.slice(6 * NL, NL), halves.slice(7 * NL, 2 * NR),
-            halves.slice(7 * NL + 2 * NR, 2 * NR), words.slice(0, NK), words.slice(NK, NK), words.slice(2 * NK, NV),
-            words.slice(3 * NK, NL))
+    # values, u, q, pcum, s_k, s_v, w): in 256-byte rows the codes (16 KB, rows 0-63), the window
+    # (12 KB), the tokens once (2 KB), then [N] fp32 words (2 KB: pcum, s_k, s_v, w and a spare
+    # quarter that ``_keep_staged`` writes)
+    gl.static_assert(NV * NK + 3 * NL * NK * 2 + 2 * NR * NK * 2 + 4 * NK * 4 == NV * NK * 2)
+    halves = stage._reinterpret(gl.float16, [NV, NK], PLAIN)
+    words = _stage_words(stage, NV, NK)
+    return (stage._reinterpret(gl.int8, [2 * NV, NK], PLAIN).slice(0, NV), halves.slice(4 * NL, NL),
+            stage.slice(5 * NL, NL), stage.slice(6 * NL, NL), halves.slice(7 * NL, NR), halves.slice(7 * NL + NR, NR),
+            words.slice(0, NK), words.slice(NK, NK), words.slice(2 * NK, NV), words.slice(3 * NK, NL))
+
+
+@gluon.jit
+def _keep_staged(stage, pcum, NV: gl.constexpr, NK: gl.constexpr):
+    # the staging buffer's last use in a call, so that the allocator keeps it to the call's end:
+    # a copy with every lane masked off (cp.async's zero fill of the spare words after w, which
+    # nothing reads), no global read
+    n = gl.arange(0, NK // 4, layout=WORDS)
+    async_copy.async_copy_global_to_shared(_stage_words(stage, NV, NK).slice(3 * NK + NK // 2, NK // 4), pcum + n,
+                                           mask=n < 0)
+    async_copy.commit_group()
 
 
 @gluon.jit
