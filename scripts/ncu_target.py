@@ -1,6 +1,8 @@
 """A small workload for Nsight Compute, run twice (the first launch compiles; profile the second):
-``python scripts/ncu_target.py [B] [flush|step]`` -- run() (the flush) or step() (the decode step)
-on B sequences of the random family."""
+``python scripts/ncu_target.py [B] [flush|pool|step] [DUE]`` -- run() (the flush, functional
+form), flush_inplace() on a pool of B sequences filled as the bench fills it with each program
+due with probability DUE (default 1: the bench's all-due timing; its window restored before the
+second call), or step() (the decode step) on B sequences of the random family."""
 
 import sys
 
@@ -13,6 +15,23 @@ if op == "step":
     from leapquant.kda import step as call
 
     x = step_inputs.make("random", B, "cuda", 1)
+elif op == "pool":
+    from leapquant.bench import fill_pool
+    from leapquant.eval import flush_inputs
+    from leapquant.kda import Pool, flush_inplace
+
+    pool = Pool(B + 1, "cuda")
+    slots = torch.arange(1, B + 1, dtype=torch.int32, device="cuda")
+    saved = fill_pool(pool, [slots], seed=1000 + B, due_fraction=float(sys.argv[3]) if len(sys.argv) > 3 else 1.0)
+    q0 = flush_inputs.make("random", 1, "cuda", seed=512)["q0"]
+    hcnt = pool.hcnt.clone()
+
+    def call():
+        flush_inplace(pool, slots, q0)
+        pool.w[slots.long()], pool.gbuf[slots.long()], pool.pcum[slots.long()] = saved[0]
+        pool.hcnt.copy_(hcnt)
+
+    x = {}
 else:
     from leapquant.eval import flush_inputs
     from leapquant.kda import run as call

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Nsight Compute on the Gluon flush kernel of each A/B tree (ab/<name>/leapquant, as for ab.sh),
-# functional form at B=64 (scripts/ncu_target.py): $OUT/ncu_flush_<name>.txt (details) and
-# $OUT/ncu_flush_<name>_sass.csv.gz (per-instruction counters for scripts/ncu_lines.py).
-#   bash scripts/experiments/ncu_flush_versions.sh NAME [NAME ...]
+# functional form at B=64 (scripts/ncu_target.py; NCU_B: another batch size, NCU_OP=pool: the
+# pool form with every program due, as the bench times it): $OUT/ncu_flush_<name>.txt (details)
+# and $OUT/ncu_flush_<name>_sass.csv.gz (per-instruction counters for scripts/ncu_lines.py).
+#   [NCU_B=B] [NCU_OP=flush|pool] bash scripts/experiments/ncu_flush_versions.sh NAME [NAME ...]
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
@@ -11,7 +12,7 @@ for v in "$@"; do
   PYTHONPATH=ab/$v timeout 200 ncu --clock-control none --kernel-name regex:_flush_kernel --launch-skip 1 --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
-    -o "/tmp/ncu_flush_$v" -f python3 scripts/ncu_target.py 64 > "$OUT/ncu_flush_${v}_run.log" 2>&1
+    -o "/tmp/ncu_flush_$v" -f python3 scripts/ncu_target.py "${NCU_B:-64}" "${NCU_OP:-flush}" > "$OUT/ncu_flush_${v}_run.log" 2>&1
   ncu -i "/tmp/ncu_flush_$v.ncu-rep" --page details > "$OUT/ncu_flush_$v.txt" 2>&1
   ncu -i "/tmp/ncu_flush_$v.ncu-rep" --page source --csv --print-source sass | gzip > "$OUT/ncu_flush_${v}_sass.csv.gz"
   echo "== $v"
