@@ -3,12 +3,17 @@
 # the timing A/B of time_flush_ab.sh (bit-for-bit compare at B=512, then B = 16, 64, 256, 512 all
 # due, 1 in 16 due, nothing due; interleaved twice), then per candidate its accuracy (bench
 # --skip-timing at ACC_B; ACC="NAME ...": only those, ACC="": none), with NCU=1 Nsight Compute
-# (ncu_flush_versions.sh), and for TESTS="NAME ..." its flush GPU tests. A short summary last.
+# (ncu_flush_versions.sh; NCU_B, NCU_OP pass through), and for TESTS="NAME ..." its flush GPU
+# tests. A short summary last.
 #   [NCU=1] [ACC="NAME ..."] [TESTS="NAME ..."] bash scripts/experiments/ab_call.sh NAME [NAME ...]
 set -u
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-out}
-mkdir -p "$OUT"
+# the logs are written to a scratch folder and come back as one archive, $OUT/ab_call.tgz (the
+# device machine returns at most 8 files)
+DEST=${OUT:-out}
+mkdir -p "$DEST"
+OUT=$(mktemp -d)
+export OUT
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site
 listed() { [[ " $1 " == *" $2 "* ]]; }  # is $2 one of the names in $1
@@ -37,4 +42,5 @@ for v in "$@"; do
   [ -f "$OUT/ncu_$v.log" ] && cat "$OUT/ncu_$v.log"
   [ -f "$OUT/tests_$v.log" ] && tail -n 2 "$OUT/tests_$v.log"
 done
+tar czf "$DEST/ab_call.tgz" -C "$OUT" .
 exit 0
