@@ -56,7 +56,7 @@ PROGRAM_MARKERS = (
     ("this program's inputs", "inputs"), ("rebuild_factors(", "rebuild factors"),
     ("# one round of subspace iteration", "subspace calls"), ("# where fp16 u_r would overflow", "tokens"),
     ("e = residual(", "residual"), ("_store_checkpoint(", "stores and resets"),
-    ("# the next program's inputs: their copies", "next program's copies"), ("# uk = S^T qv", "uk call"),
+    ("# the next program's inputs", "next program's copies"), ("# uk = S^T qv", "uk call"),
 )
 
 
