@@ -98,9 +98,10 @@ THIN_ROWS = gl.constexpr(gl.SliceLayout(1, ACC_THIN))  # a [N] vector along a th
 # warp, no replication; a basis column [N] as a vector every warp holds whole
 STACK16 = gl.constexpr(gl.BlockedLayout([4, 4], [1, 32], [4, 1], [1, 0]))
 VEC = gl.constexpr(gl.SliceLayout(0, STACK16))
-# [8, N] token rows (u or q twice): a row a warp, N as VEC has it
+# [8, N] rows (the low-rank tiles' zero rows): two rows a warp, N as VEC has it
 ROW8 = gl.constexpr(gl.BlockedLayout([2, 4], [1, 32], [4, 1], [1, 0]))
-ROW4 = gl.constexpr(gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0]))  # [R, N] tokens: a row a warp
+# [R, N] tokens: a row a warp, N as VEC has it
+ROW4 = gl.constexpr(gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0]))
 # [16, N, R] products of a low-rank tile's window rows with the R columns of a basis: four rows,
 # four elements (VEC's) and the R columns a thread; [8, N, R] those of its 2R token rows (two rows
 # a thread)
@@ -398,7 +399,7 @@ def _store_parts(dst, c0, c1, c2, c3):
     # (VEC, held whole by every warp): each value split once in the CTA, each thread splitting
     # its four of SPLIT_COLS' (H200, 8 warps: -1.8% at B=512 against four warps splitting each value).
     # Warp r picks column r from the registers it holds, no exchange through shared memory (two
-    # barriers fewer a product: -1.4 to -2.2% at B >= 64, fourteenth session)
+    # barriers fewer a product: -1.5 to -2.2% at B >= 64, fourteenth session)
     r = gl.arange(0, 4, layout=gl.SliceLayout(1, SPLIT_COLS))[:, None]
     cols = gl.where(r == 0, _split_row(c0), gl.where(r == 1, _split_row(c1), gl.where(r == 2, _split_row(c2),
                                                                                       _split_row(c3))))
@@ -775,7 +776,7 @@ def _flush_program(
     if IN_PLACE:
         # every window load above has landed in registers before these stores issue
         _reset_window(prog, w, gbuf, pcum, NL, NK)
-    _keep_staged(stage_s, pcum, NV, NK)
+    _keep_staged(stage_s, pcum, NV, NK, NL)
 
 
 @gluon.jit
@@ -788,32 +789,33 @@ def _staging_buffer(NV: gl.constexpr, NK: gl.constexpr):
 
 
 @gluon.jit
-def _stage_words(stage, NV: gl.constexpr, NK: gl.constexpr):
+def _stage_words(stage_s, NV: gl.constexpr, NK: gl.constexpr):
     # the staging buffer's last 2 KB as [4 N] fp32 words
-    return stage._reinterpret(gl.float32, [NV * NK // 2], PLAIN1).slice(NV * NK // 2 - 4 * NK, 4 * NK)
+    return stage_s._reinterpret(gl.float32, [NV * NK // 2], PLAIN1).slice(NV * NK // 2 - 4 * NK, 4 * NK)
 
 
 @gluon.jit
-def _stage_views(stage, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
+def _stage_views(stage_s, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr):
     # the staging area of the next program's inputs, in _prefetch's order (codes, gates, keys,
     # values, u, q, pcum, s_k, s_v, w): in 256-byte rows the codes (16 KB, rows 0-63), the window
     # (12 KB), the tokens once (2 KB), then [N] fp32 words (2 KB: pcum, s_k, s_v, w and a spare
     # quarter that ``_keep_staged`` writes)
     gl.static_assert(NV * NK + 3 * NL * NK * 2 + 2 * NR * NK * 2 + 4 * NK * 4 == NV * NK * 2)
-    halves = stage._reinterpret(gl.float16, [NV, NK], PLAIN)
-    words = _stage_words(stage, NV, NK)
-    return (stage._reinterpret(gl.int8, [2 * NV, NK], PLAIN).slice(0, NV), halves.slice(4 * NL, NL),
-            stage.slice(5 * NL, NL), stage.slice(6 * NL, NL), halves.slice(7 * NL, NR), halves.slice(7 * NL + NR, NR),
+    halves = stage_s._reinterpret(gl.float16, [NV, NK], PLAIN)
+    words = _stage_words(stage_s, NV, NK)
+    return (stage_s._reinterpret(gl.int8, [2 * NV, NK], PLAIN).slice(0, NV), halves.slice(4 * NL, NL),
+            stage_s.slice(5 * NL, NL), stage_s.slice(6 * NL, NL), halves.slice(7 * NL, NR), halves.slice(7 * NL + NR, NR),
             words.slice(0, NK), words.slice(NK, NK), words.slice(2 * NK, NV), words.slice(3 * NK, NL))
 
 
 @gluon.jit
-def _keep_staged(stage, pcum, NV: gl.constexpr, NK: gl.constexpr):
+def _keep_staged(stage_s, pcum, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr):
     # the staging buffer's last use in a call, so that the allocator keeps it to the call's end:
     # a copy with every lane masked off (cp.async's zero fill of the spare words after w, which
     # nothing reads), no global read
+    gl.static_assert(NL <= NK // 2)  # w (words 3 N .. 3 N + L) ends before the zero fill
     n = gl.arange(0, NK // 4, layout=WORDS)
-    async_copy.async_copy_global_to_shared(_stage_words(stage, NV, NK).slice(3 * NK + NK // 2, NK // 4), pcum + n,
+    async_copy.async_copy_global_to_shared(_stage_words(stage_s, NV, NK).slice(3 * NK + NK // 2, NK // 4), pcum + n,
                                            mask=n < 0)
     async_copy.commit_group()
 
@@ -921,6 +923,7 @@ def _flush_kernel(
             Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
             QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
         )
+    async_copy.wait_group(0)  # no copy of the last call (its _keep_staged) in flight at the exit
 
 
 @functools.lru_cache(maxsize=None)
