@@ -48,6 +48,7 @@ HELPER_PHASE = {
     "_store_checkpoint": "stores and resets", "_reset_window": "stores and resets",
     "_stage_views": "inputs", "_stage_words": "inputs", "_set_up_buffers": "inputs", "_keep_staged": "inputs",
     "_stacked": "rebuild factors", "_staging_buffer": "inputs", "_split_row": "thin products",
+    "_ku_rows": "thin products",
     "_add": "kernel (_flush_kernel)", "_popc": "kernel (_flush_kernel)",  # the flag scan's
     "_nth_set_bit": "kernel (_flush_kernel)",
 }

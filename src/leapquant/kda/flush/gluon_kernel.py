@@ -438,6 +438,13 @@ def _store_low_rank_dots(dst, rows, x, PARTS: gl.constexpr):
 
 
 @gluon.jit
+def _ku_rows(ku_s, first: gl.constexpr, count: gl.constexpr, layout: gl.constexpr):
+    # rows first .. first + count of KU in fp32: its hi part plus its lo part (LOW_RANK rows on)
+    return (ku_s.slice(first, count).load(layout).to(gl.float32) +
+            ku_s.slice(LOW_RANK + first, count).load(layout).to(gl.float32))
+
+
+@gluon.jit
 def _part_sums(acc, NN: gl.constexpr):
     # acc [N, THIN] in the parts layout -> its R columns as [N] vectors in VEC. The accumulator's
     # thread holds columns hi and mid (or lo and 0) of a row, and its lane partner the other
@@ -510,10 +517,8 @@ def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, TRANS
         token_rows = win_s.slice(NL, TOKEN_ROWS).load(TOKEN_DOT_ROWS).to(gl.float32)  # q_hi; q_lo
     else:
         inner = vec_s[F_ROW].load(VEC)
-        rows = (ku_s.slice(0, NL).load(DOT_ROWS).to(gl.float32) +
-                ku_s.slice(LOW_RANK, NL).load(DOT_ROWS).to(gl.float32))  # KU's window rows
-        token_rows = ((ku_s.slice(NL, TOKEN_ROWS).load(TOKEN_DOT_ROWS).to(gl.float32) +
-                       ku_s.slice(LOW_RANK + NL, TOKEN_ROWS).load(TOKEN_DOT_ROWS).to(gl.float32)) *
+        rows = _ku_rows(ku_s, 0, NL, DOT_ROWS)  # KU's window rows
+        token_rows = (_ku_rows(ku_s, NL, TOKEN_ROWS, TOKEN_DOT_ROWS) *
                       vec_s[DECAY_ROW].load(gl.SliceLayout(0, TOKEN_DOT_ROWS))[None, :])  # U'; U'
     _store_parts(x_s, inner * x0, inner * x1, inner * x2, inner * x3)
     x = _basis_columns(x0, x1, x2, x3)
