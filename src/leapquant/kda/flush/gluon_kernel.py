@@ -244,7 +244,7 @@ def _pick(t, r: gl.constexpr):
 
 @gluon.jit
 def _select_rows(which, c0, c1, c2, c3):
-    # [16, N] stack whose row g is the [N] vector c_which[g]
+    # [M, N] stack whose row g is the [N] vector c_which[g] (``which`` [M, 1] in the stack's layout)
     return gl.where(which == 0, c0[None, :], gl.where(which == 1, c1[None, :], gl.where(which == 2, c2[None, :], c3[None, :])))
 
 
@@ -389,8 +389,8 @@ def _codes_bf16(c):
 
 @gluon.jit
 def _split_row(c):
-    # an [N] vector held whole by every warp (VEC) as a [1, N] row of SPLIT_COLS (the same registers)
-    return gl.convert_layout(c, gl.SliceLayout(0, SPLIT_COLS), assert_trivial=True)[None, :]
+    # an [N] vector held whole by every warp (VEC) as a row of SPLIT_COLS (the same registers)
+    return gl.convert_layout(c, gl.SliceLayout(0, SPLIT_COLS), assert_trivial=True)
 
 
 @gluon.jit
@@ -401,9 +401,7 @@ def _store_parts(dst, c0, c1, c2, c3):
     # Warp r picks column r from the registers it holds, no exchange through shared memory (two
     # barriers fewer a product: -1.5 to -2.2% at B >= 64, fourteenth session)
     r = gl.arange(0, 4, layout=gl.SliceLayout(1, SPLIT_COLS))[:, None]
-    cols = gl.where(r == 0, _split_row(c0), gl.where(r == 1, _split_row(c1), gl.where(r == 2, _split_row(c2),
-                                                                                      _split_row(c3))))
-    hi, mid, lo = _split3_bf16(cols)
+    hi, mid, lo = _split3_bf16(_select_rows(r, _split_row(c0), _split_row(c1), _split_row(c2), _split_row(c3)))
     parts = gl.join(gl.join(hi, lo), gl.join(mid, gl.zeros_like(hi)))  # [r, n, j, i]: part 2 i + j
     dst.store(gl.reshape(gl.permute(parts, (3, 2, 0, 1)), [THIN, c0.shape[0]]))  # row 4 (2 i + j) + r
 
