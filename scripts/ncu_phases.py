@@ -1,6 +1,6 @@
 """Cycles per SPEC phase of the Gluon kernel from an Nsight Compute source export.
 
-    python scripts/ncu_phases.py SASS_CSV ELAPSED_CYCLES PROGRAMS [--in-place] [--opcodes N]
+    python scripts/ncu_phases.py SASS_CSV ELAPSED_CYCLES PROGRAMS [--in-place] [--opcodes N] [--code]
 
 SASS_CSV (plain or gzip) is `ncu -i REPORT --page source --csv --print-source sass` of one `_flush_kernel`
 launch (`bash scripts/h200.sh --ncu` writes it); ELAPSED_CYCLES the launch's "Elapsed Cycles"
@@ -119,6 +119,9 @@ def main():
     ap.add_argument("programs", type=int)
     ap.add_argument("--in-place", action="store_true", help="the launch was a pool call")
     ap.add_argument("--opcodes", type=int, default=0, metavar="N", help="also the N most executed opcodes per phase")
+    ap.add_argument("--code", action="store_true",
+                    help="also each phase's hot code (SASS instructions executed at least once, and their bytes) "
+                         "and its no_inst (instruction fetch) stall samples")
     args = ap.parse_args()
     phases = line_phases()
     table = address_lines(compile_gluon(args.in_place).asm["cubin"])
@@ -128,6 +131,7 @@ def main():
     reasons = [h for h in ix if h.startswith("stall_") and "Not Issued" not in h]
     samples, executed = collections.Counter(), collections.Counter()
     wavefronts = 0.0
+    hot = collections.Counter()  # per phase: SASS instructions executed at least once
     why = collections.defaultdict(collections.Counter)
     ops = collections.defaultdict(collections.Counter)
     for r in rows:
@@ -135,6 +139,7 @@ def main():
         p = line if isinstance(line, str) else phases.get(line, "unmapped")
         samples[p] += float(r[ix["Warp Stall Sampling (All Samples)"]] or 0)
         executed[p] += float(r[ix["Instructions Executed"]] or 0)
+        hot[p] += float(r[ix["Instructions Executed"]] or 0) > 0
         wavefronts += float(r[ix["L1 Wavefronts Shared"]] or 0)
         op = opcode(r[ix["Source"]])
         if op:
@@ -158,6 +163,15 @@ def main():
         for p, e in executed.most_common():
             mix = ", ".join(f"{k} {v / warps:,.0f}" for k, v in ops[p].most_common(args.opcodes))
             print(f"| {cell(p)} | {e / warps:,.0f} | {mix} |")
+    if args.code:
+        total_ni = sum(why[p]["no_inst"] for p in why)
+        print(f"\nhot code: {sum(hot.values()):,} SASS instructions ({sum(hot.values()) * 16 / 1024:,.0f} KB); "
+              f"no_inst {total_ni / total_s * 100:.1f}% of the stall samples")
+        print("| phase | hot SASS | KB | no_inst samples (share of all) | no_inst ~cycles a program an SM |")
+        print("|---|---:|---:|---:|---:|")
+        for p, n in hot.most_common():
+            ni = why[p]["no_inst"]
+            print(f"| {cell(p)} | {n:,} | {n * 16 / 1024:.1f} | {ni / total_s * 100:.1f}% | {ni / total_s * cycles:,.0f} |")
 
 
 if __name__ == "__main__":

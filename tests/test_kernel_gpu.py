@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from conftest import requires_cuda, same_bits, snapshot
+from conftest import fill_pool, requires_cuda, same_bits, snapshot
 import flush_checks
 from leapquant.eval import flush_inputs as inputs
 from leapquant.kda import L, Pool, flush_inplace, run
@@ -65,7 +65,9 @@ def test_flush_inplace_never_compiles_after_pool_build(kernel):
     pool, idx, due = flush_checks.due_pool("cuda")
     n = _cache_size(kernel)
     q0 = inputs.make("random", 1, "cuda", seed=13)["q0"]
-    for sel in (idx, idx[1:], idx[:1], torch.tensor([3, 1], dtype=torch.int32, device="cuda")):
+    # every flag-scan tile a call may choose (launch.flag_tile, by len(idx)): padding ids
+    padded = [torch.zeros(n, dtype=torch.int32, device="cuda") for n in (64, 256, 600)]
+    for sel in (idx, idx[1:], idx[:1], torch.tensor([3, 1], dtype=torch.int32, device="cuda"), *padded):
         flush_inplace(pool, sel.contiguous(), q0)
     flush_inplace(pool, idx, q0[:, :].clone())
     torch.cuda.synchronize()
@@ -177,6 +179,29 @@ def test_flag_tiles_agree_bit_for_bit(monkeypatch):
         flush_inplace(pool, idx, q0)
         results.append(snapshot(pool))
     assert all(same_bits(results[0][n], results[1][n]) for n in results[0])
+
+
+def test_flag_tile_choices_agree_bit_for_bit(monkeypatch, kernel):
+    # a call over 47 slots scans one 2048-flag tile by default (launch.flag_tile) and three
+    # 512-flag tiles when the largest tile is capped at 512: the same ranks, so the same bits
+    from leapquant.kda.launch import SMALLEST_FLAG_TILE
+
+    q0 = inputs.make("random", 1, "cuda", seed=4)["q0"]
+    g = torch.Generator().manual_seed(5)
+    hcnt = torch.randint(0, L + 1, (48, 32), generator=g, dtype=torch.int32)
+    hcnt[:, ::3] = L  # plenty due
+    idx = (torch.randperm(47, generator=g) + 1).to(torch.int32).cuda()
+    results = []
+    for largest in (None, SMALLEST_FLAG_TILE):
+        if largest:
+            monkeypatch.setattr(kernel_mod.module(kernel), "FLAG_TILE", largest)
+        pool = Pool(48, "cuda")
+        fill_pool(pool, "random", 5)
+        pool.hcnt.copy_(hcnt)
+        flush_inplace(pool, idx, q0)
+        results.append(snapshot(pool))
+    assert all(same_bits(results[0][n], results[1][n]) for n in results[0])
+    assert bool((results[0]["hcnt"] == hcnt.cuda()).all())  # a flush leaves hcnt as it was
 
 
 def test_bad_arguments_on_cuda():

@@ -55,3 +55,14 @@ def test_gluon_flush_launch_names_every_argument(monkeypatch, in_place):
         pytest.skip(f"Gluon kernel verified with triton {gluon_kernel.VERIFIED_TRITON} (the `dev` extra installs it)")
     names, params = _launched_names(monkeypatch, gluon_kernel, in_place)
     assert names == set(params)
+
+
+def test_flag_tile_is_the_smallest_variant_that_covers_the_call():
+    from leapquant.kda.launch import FLAG_TILE, flag_tile, flag_tiles
+
+    assert flag_tiles() == [512, 2048, 8192, FLAG_TILE]
+    assert [flag_tile(n) for n in (1, 512, 513, 2048, 2049, 8192, 8193, FLAG_TILE)] == \
+        [512, 512, 2048, 2048, 8192, 8192, FLAG_TILE, FLAG_TILE]
+    assert flag_tile(FLAG_TILE + 1) == FLAG_TILE  # several tiles of the largest
+    assert flag_tiles(64) == [64] and flag_tile(5000, 64) == 64  # a patched largest tile caps every choice
+    assert flag_tiles(1024) == [512, 1024] and flag_tile(600, 1024) == 1024

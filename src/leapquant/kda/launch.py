@@ -25,7 +25,26 @@ GLUON_VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API both Gluon kernel
 # kernel sets its own)
 CTAS_PER_SM = 1
 MOST_CTAS_PER_SM = 2  # the most CTAs an SM any persistent flush grid may run (the pool's scratch is sized for it)
-FLAG_TILE = 16384  # due flags a resident flush CTA gathers at once: 512 slots x 32 heads
+FLAG_TILE = 16384  # the most due flags a resident flush CTA gathers at once: 512 slots x 32 heads
+SMALLEST_FLAG_TILE = 512  # 16 slots x 32 heads
+FLAG_TILE_STEP = 4  # a pool call's tile: the smallest of 512, 2048, 8192, ... (up to FLAG_TILE) that covers it
+
+
+def flag_tile(num_programs: int, largest: int = FLAG_TILE) -> int:
+    """Due flags a resident flush CTA gathers at once in a pool call over ``num_programs``
+    candidates (a constexpr of both flush kernels): the smallest tile of ``flag_tiles(largest)``
+    that holds them all, else ``largest`` (the scan then loops over tiles). Every CTA runs the
+    whole tile's code, masked where it has no candidates: a small call scanning a 16,384-flag tile
+    paid ~1,300 instructions a warp for 16 slots (NOTES.md, "The flag scan's tile")."""
+    return next((t for t in flag_tiles(largest) if t >= num_programs), largest)
+
+
+def flag_tiles(largest: int = FLAG_TILE) -> list[int]:
+    """Every tile ``flag_tile`` may choose (the variants a pool compiles at its warm-up)."""
+    tiles = [min(SMALLEST_FLAG_TILE, largest)]
+    while tiles[-1] < largest:
+        tiles.append(min(tiles[-1] * FLAG_TILE_STEP, largest))
+    return tiles
 
 
 @functools.lru_cache(maxsize=None)

@@ -70,8 +70,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_
 
 from ..geometry import ILL_COLUMN, H, K
 from ..fp32_bits import clamped_exponent, exponent, pow2
-from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flush_arguments, pool_picks,
-                      resident_ctas)
+from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flag_tile, flush_arguments,
+                      pool_picks, resident_ctas)
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4  # one warpgroup a program: it holds E's 128 rows (two m64 tiles)
@@ -954,7 +954,8 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
         return _flush_kernel[grid](
             **flush_arguments(ckpt_in, ckpt_out, window, q0, idx if in_place else dummy,
                               hcnt if in_place else dummy, picks, num_programs, pick_stride),
-            ones=_ones(q0.device), IN_PLACE=in_place, TILE=FLAG_TILE, CTAS=grid[0], **_OWN_CONSTANTS,
+            ones=_ones(q0.device), IN_PLACE=in_place, TILE=flag_tile(num_programs, FLAG_TILE) if in_place else FLAG_TILE,
+            CTAS=grid[0], **_OWN_CONSTANTS,
             num_warps=NUM_WARPS, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
         )
 

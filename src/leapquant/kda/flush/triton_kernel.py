@@ -38,7 +38,7 @@ import triton.language as tl
 
 from ..geometry import ILL_COLUMN, H
 from ..fp32_bits import clamped_exponent, exponent, pow2
-from ..launch import FLAG_TILE, FLUSH_CONSTANTS, flush_arguments, interpreting, pool_picks, resident_ctas
+from ..launch import FLAG_TILE, FLUSH_CONSTANTS, flag_tile, flush_arguments, interpreting, pool_picks, resident_ctas
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the thin operands ride in a 16-column block
 LOW_RANK_ROWS = 32  # the low-rank tile: window (L), q_hi (R), q_lo (R), zero rows
@@ -534,7 +534,7 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
         return _flush_kernel[grid](
             **flush_arguments(ckpt_in, ckpt_out, window, q0, idx if in_place else dummy,
                               hcnt if in_place else dummy, picks, num_programs, pick_stride),
-            IN_PLACE=in_place, UPCAST=interpreting(), PERSISTENT=persistent, PARTS=SUBSPACE_SPLIT, TILE=FLAG_TILE,
-            CTAS=grid[0], **_OWN_CONSTANTS,
+            IN_PLACE=in_place, UPCAST=interpreting(), PERSISTENT=persistent, PARTS=SUBSPACE_SPLIT,
+            TILE=flag_tile(num_programs, FLAG_TILE) if persistent else FLAG_TILE, CTAS=grid[0], **_OWN_CONSTANTS,
             num_warps=NUM_WARPS, num_stages=1, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
         )
