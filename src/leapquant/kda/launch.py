@@ -31,11 +31,12 @@ FLAG_TILE_STEP = 4  # a pool call's tile: the smallest of 512, 2048, 8192, ... (
 
 
 def flag_tile(num_programs: int, largest: int = FLAG_TILE) -> int:
-    """Due flags a resident flush CTA gathers at once in a pool call over ``num_programs``
-    candidates (a constexpr of both flush kernels): the smallest tile of ``flag_tiles(largest)``
-    that holds them all, else ``largest`` (the scan then loops over tiles). Every CTA runs the
-    whole tile's code, masked where it has no candidates: a small call scanning a 16,384-flag tile
-    paid ~1,300 instructions a warp for 16 slots (NOTES.md, "The flag scan's tile")."""
+    """Due flags a resident Gluon flush CTA gathers at once in a pool call over ``num_programs``
+    candidates (its constexpr TILE; the portable kernel keeps FLAG_TILE): the smallest tile of
+    ``flag_tiles(largest)`` that holds them all, else ``largest`` (the scan then loops over
+    tiles). Every CTA runs the whole tile's code, masked where it has no candidates: a small call
+    scanning a 16,384-flag tile paid ~1,300 instructions a warp for 16 slots (NOTES.md, "The flag
+    scan's tile")."""
     return next((t for t in flag_tiles(largest) if t >= num_programs), largest)
 
 

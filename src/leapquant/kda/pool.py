@@ -113,15 +113,14 @@ class Pool:
     def _warm_up(self):
         # compile and run the pool's kernels once on nothing (slot 0: never flushed, and a step
         # there only zeroes its output row)
-        from .kernel import launch_flush, launch_step
-        from .launch import flag_tiles
+        from .kernel import launch_flush, launch_step, module
 
         dev = self.device
         q0 = torch.zeros(V, R, dtype=torch.float32, device=dev)
         idx = torch.zeros(1, dtype=torch.int32, device=dev)
-        # the flush once per flag-scan tile a call may choose (launch.flag_tile: by len(idx)), so
-        # that no later call compiles; the interpreter compiles nothing
-        for tile in flag_tiles() if dev.type == "cuda" else [H]:
+        # the flush once per flag-scan tile a call may use (the Gluon kernel's by len(idx):
+        # launch.flag_tile), so that no later call compiles; the interpreter compiles nothing
+        for tile in module(self.kernel).pool_tiles() if dev.type == "cuda" else [H]:
             launch_flush(self.checkpoint, self.checkpoint, self.window, q0, idx=idx.new_zeros(tile // H),
                          hcnt=self.hcnt, picks=self.picks, kernel=self.kernel)
         mixed = torch.zeros(1, MIXED_WIDTH, dtype=torch.bfloat16, device=dev)

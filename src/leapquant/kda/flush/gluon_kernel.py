@@ -70,8 +70,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_
 
 from ..geometry import ILL_COLUMN, H, K
 from ..fp32_bits import clamped_exponent, exponent, pow2
-from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flag_tile, flush_arguments,
-                      pool_picks, resident_ctas)
+from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flag_tile, flag_tiles,
+                      flush_arguments, pool_picks, resident_ctas)
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4  # one warpgroup a program: it holds E's 128 rows (two m64 tiles)
@@ -933,6 +933,12 @@ def _flush_kernel(
 def _ones(device: torch.device) -> torch.Tensor:
     # made on the first launch on a device (a pool's warm-up), never inside a captured graph
     return torch.ones(K, dtype=torch.float16, device=device)
+
+
+def pool_tiles() -> list[int]:
+    """The flag-scan tiles a pool call of this kernel may use (``launch.flag_tile``, by the call's
+    candidates; a pool's warm-up compiles each)."""
+    return flag_tiles(FLAG_TILE)
 
 
 def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None):

@@ -38,7 +38,7 @@ import triton.language as tl
 
 from ..geometry import ILL_COLUMN, H
 from ..fp32_bits import clamped_exponent, exponent, pow2
-from ..launch import FLAG_TILE, FLUSH_CONSTANTS, flag_tile, flush_arguments, interpreting, pool_picks, resident_ctas
+from ..launch import FLAG_TILE, FLUSH_CONSTANTS, flush_arguments, interpreting, pool_picks, resident_ctas
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the thin operands ride in a 16-column block
 LOW_RANK_ROWS = 32  # the low-rank tile: window (L), q_hi (R), q_lo (R), zero rows
@@ -507,6 +507,12 @@ _OWN_CONSTANTS = dict(RP=RANK_PAD, MR=LOW_RANK_ROWS, ILL=ILL_COLUMN)  # the cons
 _CONSTANTS = dict(**FLUSH_CONSTANTS, **_OWN_CONSTANTS)  # all of its constants (scripts/compile_sm90.py)
 
 
+def pool_tiles() -> list[int]:
+    """The flag-scan tiles a pool call of this kernel may use (one: FLAG_TILE; a pool's warm-up
+    compiles each)."""
+    return [FLAG_TILE]
+
+
 def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None):
     """Launch the flush kernel.
 
@@ -535,6 +541,6 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
             **flush_arguments(ckpt_in, ckpt_out, window, q0, idx if in_place else dummy,
                               hcnt if in_place else dummy, picks, num_programs, pick_stride),
             IN_PLACE=in_place, UPCAST=interpreting(), PERSISTENT=persistent, PARTS=SUBSPACE_SPLIT,
-            TILE=flag_tile(num_programs, FLAG_TILE) if persistent else FLAG_TILE, CTAS=grid[0], **_OWN_CONSTANTS,
+            TILE=FLAG_TILE, CTAS=grid[0], **_OWN_CONSTANTS,
             num_warps=NUM_WARPS, num_stages=1, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
         )
