@@ -52,6 +52,8 @@ Thirteenth session: the zero rows of the low-rank tiles no longer multiplied, -1
 0.906 ms against 0.919 in the same call). Fourteenth: the split columns picked in registers (-1.5
 to -2.2% at B >= 64), then the next program's copies under the last product (-2.7 to -4.6% at B
 >= 64, -2% at 1 in 16 due, +2.7% at B=16; B=512 0.864 ms against 0.888 in the same call).
+Fifteenth: a pool call's flag scan in a tile sized to the call (``launch.flag_tile``): -5% at
+B=16, -6% at 1 in 16 due (0.0462 ms against 0.0493), B=512 even.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
