@@ -38,11 +38,20 @@ NUM_STAGES = int(os.environ.get("NUM_STAGES", "1"))
 H200_SMS = 132  # the persistent grid's size on the target
 DENSE_STRIDES = dict(C_SLOT=H * V * K, C_HEAD=V * K, SK_SLOT=H * K, SK_HEAD=K, SV_SLOT=H * V, SV_HEAD=V,
                      U_SLOT=H * R * K, U_HEAD=R * K, U_ROW=K, Q_SLOT=H * R * V, Q_HEAD=R * V, Q_ROW=V)
+# the pool's element strides (codes int8, s_k / s_v fp32, u / q fp16 views of one raw buffer)
+POOL_STRIDES = dict(C_SLOT=SLOT_WORDS * 4, C_HEAD=HEAD_WORDS * 4, SK_SLOT=SLOT_WORDS, SK_HEAD=HEAD_WORDS,
+                    SV_SLOT=SLOT_WORDS, SV_HEAD=HEAD_WORDS, U_SLOT=SLOT_WORDS * 2, U_HEAD=HEAD_WORDS * 2,
+                    U_ROW=K + V, Q_SLOT=SLOT_WORDS * 2, Q_HEAD=HEAD_WORDS * 2, Q_ROW=K + V)
+
+
+def strides(in_place: bool) -> dict:
+    """The checkpoint strides a launch passes: the pool's views in pool form, dense tensors otherwise."""
+    return POOL_STRIDES if in_place else DENSE_STRIDES
 
 
 def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None, module=flush):
     params = [p.name for p in module._flush_kernel.params]
-    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": False, "CTAS": H200_SMS, "PARTS": module.SUBSPACE_SPLIT, **module._CONSTANTS,
+    consts = {**strides(in_place), "IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": False, "CTAS": H200_SMS, "PARTS": module.SUBSPACE_SPLIT, **module._CONSTANTS,
               **(extra or {})}
     sig = {}
     for name in params:
@@ -60,10 +69,6 @@ STEP_POINTERS = {
     "o": "*bf16", "k_row": "*bf16", "u_row": "*bf16", "g_row": "*fp16", "w_new": "*fp32", "pcum_new": "*fp32",
     "idx": "*i32", "qk_row": "i32", "v_row": "i32", "num_programs": "i32", "ctas": "i32",
 }
-# the pool's element strides (codes int8, s_k / s_v fp32, u / q fp16 views of one raw buffer)
-POOL_STRIDES = dict(C_SLOT=SLOT_WORDS * 4, C_HEAD=HEAD_WORDS * 4, SK_SLOT=SLOT_WORDS, SK_HEAD=HEAD_WORDS,
-                    SV_SLOT=SLOT_WORDS, SV_HEAD=HEAD_WORDS, U_SLOT=SLOT_WORDS * 2, U_HEAD=HEAD_WORDS * 2,
-                    U_ROW=K + V, Q_SLOT=SLOT_WORDS * 2, Q_HEAD=HEAD_WORDS * 2, Q_ROW=K + V)
 
 
 def compile_step(in_place: bool, gluon: bool = False):
@@ -79,8 +84,7 @@ def compile_step(in_place: bool, gluon: bool = False):
 
     fn = st._step_kernel
     params = [p.name for p in fn.params]
-    strides = POOL_STRIDES if in_place else DENSE_STRIDES
-    consts = {**strides, "IN_PLACE": in_place, **STEP_CONSTANTS}
+    consts = {**strides(in_place), "IN_PLACE": in_place, **STEP_CONSTANTS}
     sig = {name: STEP_POINTERS.get(name, "constexpr") for name in params}
     # the pointers the runtime specialises on are 16-byte aligned (the pool's views and dense tensors)
     unspecialised = set(fn.do_not_specialize) | {"qk_row", "v_row", "num_programs", "ctas"}
@@ -103,12 +107,14 @@ def require_verified_gluon() -> None:
                          "install the dev extra: pip install -e '.[dev]'")
 
 
-def compile_gluon(in_place: bool):
-    """The Gluon kernel compiled for sm_90a (raises where this triton's Gluon API differs)."""
+def compile_gluon(in_place: bool, tile: int | None = None):
+    """The Gluon kernel compiled for sm_90a (raises where this triton's Gluon API differs): the
+    pool form with the pool's strides and the flag-scan tile ``tile`` (default the largest; a pool
+    call's is ``launch.flag_tile`` of its candidates), or the functional form."""
     from leapquant.kda.flush import gluon_kernel as fg
 
-    consts = {**DENSE_STRIDES, "IN_PLACE": in_place, "TILE": flush.FLAG_TILE, "CTAS": H200_SMS * fg.CTAS_PER_SM,
-              **fg._CONSTANTS}
+    consts = {**strides(in_place), "IN_PLACE": in_place, "TILE": tile or fg.FLAG_TILE,
+              "CTAS": H200_SMS * fg.CTAS_PER_SM, **fg._CONSTANTS}
     return compile_gluon_kernel(fg._flush_kernel, consts)
 
 
@@ -180,7 +186,10 @@ def barriers_by_line(cubin: bytes) -> list:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--num-warps", type=int, default=flush.NUM_WARPS)
-    ap.add_argument("--in-place", action="store_true")
+    ap.add_argument("--in-place", action="store_true", help="the pool form (pool strides)")
+    ap.add_argument("--tile", type=int, default=None,
+                    help="with --gluon --in-place: the flag-scan tile (default the largest; a pool call of N "
+                         "candidates runs launch.flag_tile(N))")
     ap.add_argument("--dump", default=None)
     ap.add_argument("--gluon", action="store_true", help="the Gluon kernel instead of the portable one")
     ap.add_argument("--step", action="store_true", help="a decode-step kernel instead of a flush kernel (with --gluon: the Gluon one)")
@@ -191,7 +200,7 @@ def main():
     if args.step:
         k = compile_step(args.in_place, args.gluon)
     else:
-        k = compile_gluon(args.in_place) if args.gluon else compile_kernel(args.num_warps, args.in_place)
+        k = compile_gluon(args.in_place, args.tile) if args.gluon else compile_kernel(args.num_warps, args.in_place)
     print(f"num_warps={k.metadata.num_warps} shared={k.metadata.shared} bytes")
     print(resource_usage(k.asm["cubin"]))
     if args.barriers:

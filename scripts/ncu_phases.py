@@ -1,6 +1,6 @@
 """Cycles per SPEC phase of the Gluon kernel from an Nsight Compute source export.
 
-    python scripts/ncu_phases.py SASS_CSV ELAPSED_CYCLES PROGRAMS [--in-place] [--opcodes N] [--code]
+    python scripts/ncu_phases.py SASS_CSV ELAPSED_CYCLES PROGRAMS [--in-place [--tile T]] [--opcodes N] [--code]
 
 SASS_CSV (plain or gzip) is `ncu -i REPORT --page source --csv --print-source sass` of one `_flush_kernel`
 launch (`bash scripts/h200.sh --ncu` writes it); ELAPSED_CYCLES the launch's "Elapsed Cycles"
@@ -8,7 +8,8 @@ from the same report (SM cycles at the clock it ran at, which ncu does not fix: 
 in the H200 runs, not the 1.98 GHz boost clock) and PROGRAMS the programs it flushed
 (`scripts/ncu_target.py 64`: 2048, functional mode). The kernel is compiled
 here for sm_90a with the same triton (it must be the device's release, so the SASS addresses
-match), the line table comes from `nvdisasm -g`, and each instruction's stall samples go to the
+match; a pool launch with the pool's strides and the flag-scan tile of PROGRAMS candidates; a
+different instruction count is an error), the line table comes from `nvdisasm -g`, and each instruction's stall samples go to the
 phase of its source line: helpers by function, `_flush_program` by its phase comments.
 Instructions inlined from triton's own library (the reductions' combine steps) form a row of
 their own: the line table gives no call site for them. Prints the cycles, warp instructions and
@@ -16,7 +17,9 @@ shared-memory wavefronts per program, then a markdown table: share of stall samp
 program per SM (share x elapsed cycles / programs per SM), share of executed instructions,
 instructions per warp, top stall reasons. With --opcodes, a second table:
 per phase, the executed instructions per warp and program by SASS opcode (the generated code's
-mix: what a phase spends its issue slots on).
+mix: what a phase spends its issue slots on). With --code, a third: per phase the hot code (SASS
+instructions executed at least once, and their bytes) and its instruction-fetch (no_inst) stall
+samples, as a share of all samples and as cycles a program an SM.
 """
 
 import argparse
@@ -29,6 +32,7 @@ import tempfile
 from compile_sm90 import H200_SMS, compile_gluon, nvidia_tool
 from ncu_lines import line_table, opcode, read_sass_csv
 from leapquant.kda.flush import gluon_kernel as flush_gluon
+from leapquant.kda.launch import flag_tile
 
 NUM_WARPS = flush_gluon.NUM_WARPS
 # helpers -> phase (the SPEC phases are helpers of their own: rebuild_factors, thin_products, basis,
@@ -118,16 +122,23 @@ def main():
     ap.add_argument("elapsed_cycles", type=float)
     ap.add_argument("programs", type=int)
     ap.add_argument("--in-place", action="store_true", help="the launch was a pool call")
+    ap.add_argument("--tile", type=int, default=None,
+                    help="a pool launch's flag-scan tile (default launch.flag_tile(PROGRAMS); profiles taken before "
+                         "the tile followed the call ran the largest, 16384)")
     ap.add_argument("--opcodes", type=int, default=0, metavar="N", help="also the N most executed opcodes per phase")
     ap.add_argument("--code", action="store_true",
                     help="also each phase's hot code (SASS instructions executed at least once, and their bytes) "
                          "and its no_inst (instruction fetch) stall samples")
     args = ap.parse_args()
     phases = line_phases()
-    table = address_lines(compile_gluon(args.in_place).asm["cubin"])
+    # the build the launch ran: a pool call's flag-scan tile follows its candidates (PROGRAMS is
+    # the due count; the bench and ncu_target.py launch pools whose every candidate is due)
+    tile = (args.tile or flag_tile(args.programs)) if args.in_place else None
+    table = address_lines(compile_gluon(args.in_place, tile).asm["cubin"])
     ix, rows, base = read_sass_csv(args.sass_csv)
     if len(rows) != len(table):
-        print(f"warning: {len(rows)} instructions profiled, {len(table)} compiled here (other triton?)")
+        raise SystemExit(f"{len(rows)} instructions profiled, {len(table)} compiled here: another build (triton "
+                         "release, form or tile), whose line table would misplace the samples")
     reasons = [h for h in ix if h.startswith("stall_") and "Not Issued" not in h]
     samples, executed = collections.Counter(), collections.Counter()
     wavefronts = 0.0

@@ -32,12 +32,17 @@ def _compile_sm90():
     return _script("compile_sm90")
 
 
-@pytest.mark.parametrize("in_place", [False, True], ids=["functional", "pool"])
-def test_gluon_kernel_compiles_for_sm90a_with_wgmma_and_fits_shared_memory(in_place):
-    k = _compile_sm90().compile_gluon(in_place)
+@pytest.mark.parametrize("in_place,tile", [(False, None)] + [(True, t) for t in flush_gluon.pool_tiles()],
+                         ids=["functional"] + [f"pool-tile{t}" for t in flush_gluon.pool_tiles()])
+def test_gluon_kernel_compiles_for_sm90a_with_wgmma_and_fits_shared_memory(in_place, tile):
+    # the functional form and every pool build a call may run (one per flag-scan tile)
+    c = _compile_sm90()
+    k = c.compile_gluon(in_place, tile)
     assert "wgmma.mma_async" in k.asm["ptx"]
     assert "cp.async" in k.asm["ptx"]  # the next program's inputs are staged
     assert k.metadata.shared <= 227 * 1024  # an H100/H200 block's shared-memory limit
+    usage = dict(f.split(":") for f in c.resource_usage(k.asm["cubin"]).split("\n")[0].split() if ":" in f)
+    assert int(usage["STACK"]) == 0  # no spills: two CTAs an SM at 255 registers leave no room for them
 
 
 def test_bytes_only_probe_compiles_with_the_kernels_staging():

@@ -7,9 +7,10 @@ import torch
 from conftest import fill_pool, requires_cuda, same_bits, snapshot
 import flush_checks
 from leapquant.eval import flush_inputs as inputs
-from leapquant.kda import L, Pool, flush_inplace, run
+from leapquant.kda import H, L, Pool, flush_inplace, run
 from leapquant.kda.flush import triton_kernel as flush_mod
 from leapquant.kda import kernel as kernel_mod
+from leapquant.kda.pool import warm_up_slots
 
 pytestmark = [requires_cuda, pytest.mark.gpu]
 
@@ -63,15 +64,15 @@ def _cache_size(kernel):
 
 def test_flush_inplace_never_compiles_after_pool_build(kernel):
     pool, idx, due = flush_checks.due_pool("cuda")
-    n = _cache_size(kernel)
+    built = _cache_size(kernel)
     q0 = inputs.make("random", 1, "cuda", seed=13)["q0"]
-    # every flag-scan tile a call may choose (launch.flag_tile, by len(idx)): padding ids
-    padded = [torch.zeros(n, dtype=torch.int32, device="cuda") for n in (64, 256, 600)]
+    # padding ids of every length the warm-up used (one a flag-scan tile), and one beyond them
+    padded = [torch.zeros(slots, dtype=torch.int32, device="cuda") for slots in warm_up_slots(kernel) + [600]]
     for sel in (idx, idx[1:], idx[:1], torch.tensor([3, 1], dtype=torch.int32, device="cuda"), *padded):
         flush_inplace(pool, sel.contiguous(), q0)
     flush_inplace(pool, idx, q0[:, :].clone())
     torch.cuda.synchronize()
-    assert _cache_size(kernel) == n
+    assert _cache_size(kernel) == built
 
 
 def test_cuda_graph_replay_nothing_due_then_due():
@@ -169,7 +170,10 @@ def test_pool_grids_agree_bit_for_bit(monkeypatch, tile, kernel):
     assert all(same_bits(results[0][n], results[1][n]) for n in results[0])
 
 
-def test_flag_tiles_agree_bit_for_bit(monkeypatch):
+def test_flag_tiles_agree_bit_for_bit(monkeypatch, kernel):
+    if kernel != "triton":
+        pytest.skip("the portable kernel's 64-flag tiles; the Gluon kernel's several tiles: "
+                    "test_flag_tile_choices_agree_bit_for_bit")
     # a many-tile flag scan ranks the due programs as one tile does: the same bits
     q0 = inputs.make("random", 1, "cuda", seed=4)["q0"]
     results = []
@@ -188,7 +192,7 @@ def test_flag_tile_choices_agree_bit_for_bit(monkeypatch, kernel):
 
     q0 = inputs.make("random", 1, "cuda", seed=4)["q0"]
     g = torch.Generator().manual_seed(5)
-    hcnt = torch.randint(0, L + 1, (48, 32), generator=g, dtype=torch.int32)
+    hcnt = torch.randint(0, L + 1, (48, H), generator=g, dtype=torch.int32)
     hcnt[:, ::3] = L  # plenty due
     idx = (torch.randperm(47, generator=g) + 1).to(torch.int32).cuda()
     results = []

@@ -33,9 +33,12 @@ class Pool:
         gbuf: fp16 ``[NS, H, L, K]`` ones; hcnt: int32 ``[NS, H]`` zeros (the fill counter).
 
     On CUDA the flush and step kernels are chosen (``kernel``, ``step_kernel``: ``"gluon"`` or
-    ``"triton"``, see ``leapquant.kda.kernel.choose``), compiled and run once (on nothing due,
-    on slot 0) when the pool is built, so neither ``flush_inplace`` nor ``step_inplace`` compiles. Raises ValueError if ``num_slots < 2``, TypeError if
-    ``num_slots`` is not an int; ValueError for a CUDA device when CUDA is not available.
+    ``"triton"``, see ``leapquant.kda.kernel.choose``), compiled and run on nothing due (slot 0)
+    when the pool is built: the step once, the flush once per flag-scan tile its pool calls may
+    use (``warm_up_slots``: four builds of the Gluon kernel, one of the portable one), so neither
+    ``flush_inplace`` nor ``step_inplace`` compiles. Raises ValueError if ``num_slots < 2``,
+    TypeError if ``num_slots`` is not an int; ValueError for a CUDA device when CUDA is not
+    available.
 
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
     """
@@ -113,15 +116,15 @@ class Pool:
     def _warm_up(self):
         # compile and run the pool's kernels once on nothing (slot 0: never flushed, and a step
         # there only zeroes its output row)
-        from .kernel import launch_flush, launch_step, module
+        from .kernel import launch_flush, launch_step
 
         dev = self.device
         q0 = torch.zeros(V, R, dtype=torch.float32, device=dev)
         idx = torch.zeros(1, dtype=torch.int32, device=dev)
-        # the flush once per flag-scan tile a call may use (the Gluon kernel's by len(idx):
-        # launch.flag_tile), so that no later call compiles; the interpreter compiles nothing
-        for tile in module(self.kernel).pool_tiles() if dev.type == "cuda" else [H]:
-            launch_flush(self.checkpoint, self.checkpoint, self.window, q0, idx=idx.new_zeros(tile // H),
+        # the flush once per flag-scan tile a call may use, so that no later call compiles (the
+        # interpreter compiles nothing: one launch)
+        for slots in warm_up_slots(self.kernel) if dev.type == "cuda" else [1]:
+            launch_flush(self.checkpoint, self.checkpoint, self.window, q0, idx=idx.new_zeros(slots),
                          hcnt=self.hcnt, picks=self.picks, kernel=self.kernel)
         mixed = torch.zeros(1, MIXED_WIDTH, dtype=torch.bfloat16, device=dev)
         hk = H * K
@@ -132,6 +135,16 @@ class Pool:
                     torch.zeros(H, K, device=dev), o, idx=idx, kernel=self.step_kernel)
         if dev.type == "cuda":  # (the interpreted tests run this on a CPU pool)
             torch.cuda.synchronize(dev)
+
+
+def warm_up_slots(kernel: str) -> list[int]:
+    """Lengths of the padding ``idx`` (ids 0: nothing due) ``Pool._warm_up`` flushes with on a
+    CUDA pool whose flush kernel is ``kernel`` ("gluon" or "triton"): one a flag-scan tile its
+    pool calls may use (``pool_tiles()`` of the kernel's module; the Gluon kernel picks one by
+    the call's candidates, ``launch.flag_tile``), so that every build compiles with the pool."""
+    from .kernel import module
+
+    return [max(tile // H, 1) for tile in module(kernel).pool_tiles()]
 
 
 def check_call(pool, idx) -> None:
