@@ -195,6 +195,8 @@ def main():
     ap.add_argument("--step", action="store_true", help="a decode-step kernel instead of a flush kernel (with --gluon: the Gluon one)")
     ap.add_argument("--barriers", action="store_true", help="also list the barriers by source line")
     args = ap.parse_args()
+    if args.tile is not None and not (args.gluon and args.in_place and not args.step):
+        ap.error("--tile applies to the Gluon flush's pool form: --gluon --in-place")
     if args.gluon:
         require_verified_gluon()
     if args.step:

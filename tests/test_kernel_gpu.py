@@ -10,7 +10,6 @@ from leapquant.eval import flush_inputs as inputs
 from leapquant.kda import H, L, Pool, flush_inplace, run
 from leapquant.kda.flush import triton_kernel as flush_mod
 from leapquant.kda import kernel as kernel_mod
-from leapquant.kda.pool import warm_up_slots
 
 pytestmark = [requires_cuda, pytest.mark.gpu]
 
@@ -66,8 +65,10 @@ def test_flush_inplace_never_compiles_after_pool_build(kernel):
     pool, idx, due = flush_checks.due_pool("cuda")
     built = _cache_size(kernel)
     q0 = inputs.make("random", 1, "cuda", seed=13)["q0"]
-    # padding ids of every length the warm-up used (one a flag-scan tile), and one beyond them
-    padded = [torch.zeros(slots, dtype=torch.int32, device="cuda") for slots in warm_up_slots(kernel) + [600]]
+    # padding ids of lengths that reach every flag-scan tile a call may pick (launch.flag_tile:
+    # 512, 2048, 8192, 16,384 flags, and several of the largest), fixed here rather than taken
+    # from the warm-up this test checks
+    padded = [torch.zeros(slots, dtype=torch.int32, device="cuda") for slots in (1, 17, 65, 257, 600)]
     for sel in (idx, idx[1:], idx[:1], torch.tensor([3, 1], dtype=torch.int32, device="cuda"), *padded):
         flush_inplace(pool, sel.contiguous(), q0)
     flush_inplace(pool, idx, q0[:, :].clone())
@@ -186,8 +187,9 @@ def test_flag_tiles_agree_bit_for_bit(monkeypatch, kernel):
 
 
 def test_flag_tile_choices_agree_bit_for_bit(monkeypatch, kernel):
-    # a call over 47 slots scans one 2048-flag tile by default (launch.flag_tile) and three
-    # 512-flag tiles when the largest tile is capped at 512: the same ranks, so the same bits
+    # a call over 47 slots scans one tile by default (the Gluon kernel: 2048 flags,
+    # launch.flag_tile; the portable one: 16,384) and three 512-flag tiles when the largest tile
+    # is capped at 512: the same ranks, so the same bits
     from leapquant.kda.launch import SMALLEST_FLAG_TILE
 
     q0 = inputs.make("random", 1, "cuda", seed=4)["q0"]
