@@ -9,8 +9,8 @@ in the H200 runs, not the 1.98 GHz boost clock) and PROGRAMS the programs it flu
 (`scripts/ncu_target.py 64`: 2048, functional mode). The kernel is compiled
 here for sm_90a with the same triton (it must be the device's release, so the SASS addresses
 match; a pool launch with the pool's strides and the flag-scan tile of PROGRAMS candidates; a
-different instruction count is an error), the line table comes from `nvdisasm -g`, and each instruction's stall samples go to the
-phase of its source line: helpers by function, `_flush_program` by its phase comments.
+different instruction count is an error), the line table comes from `nvdisasm -g`, and each
+instruction's stall samples go to the phase of its source line: helpers by function, `_flush_program` by its phase comments.
 Instructions inlined from triton's own library (the reductions' combine steps) form a row of
 their own: the line table gives no call site for them. Prints the cycles, warp instructions and
 shared-memory wavefronts per program, then a markdown table: share of stall samples, cycles per
@@ -149,8 +149,9 @@ def main():
         line = table.get(int(r[ix["Address"]], 16) - base)
         p = line if isinstance(line, str) else phases.get(line, "unmapped")
         samples[p] += float(r[ix["Warp Stall Sampling (All Samples)"]] or 0)
-        executed[p] += float(r[ix["Instructions Executed"]] or 0)
-        hot[p] += float(r[ix["Instructions Executed"]] or 0) > 0
+        runs = float(r[ix["Instructions Executed"]] or 0)
+        executed[p] += runs
+        hot[p] += runs > 0
         wavefronts += float(r[ix["L1 Wavefronts Shared"]] or 0)
         op = opcode(r[ix["Source"]])
         if op:
@@ -182,7 +183,8 @@ def main():
         print("|---|---:|---:|---:|---:|")
         for p, n in hot.most_common():
             ni = why[p]["no_inst"]
-            print(f"| {cell(p)} | {n:,} | {n * 16 / 1024:.1f} | {ni / total_s * 100:.1f}% | {ni / total_s * cycles:,.0f} |")
+            print(f"| {cell(p)} | {n:,} | {n * 16 / 1024:.1f} | {ni / total_s * 100:.1f}% "
+                  f"| {ni / total_s * cycles:,.0f} |")
 
 
 if __name__ == "__main__":

@@ -958,12 +958,12 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None)
     grid = (resident_ctas(q0.device, CTAS_PER_SM),)
     dummy = q0  # unused pointer arguments in functional mode
     picks, pick_stride = pool_picks(num_programs, hcnt, grid[0], picks) if in_place else (dummy, 0)
+    tile = flag_tile(num_programs, FLAG_TILE) if in_place else FLAG_TILE  # one of pool_tiles() in a pool
     with torch.cuda.device(q0.device):
         return _flush_kernel[grid](
             **flush_arguments(ckpt_in, ckpt_out, window, q0, idx if in_place else dummy,
                               hcnt if in_place else dummy, picks, num_programs, pick_stride),
-            ones=_ones(q0.device), IN_PLACE=in_place, TILE=flag_tile(num_programs, FLAG_TILE) if in_place else FLAG_TILE,
-            CTAS=grid[0], **_OWN_CONSTANTS,
+            ones=_ones(q0.device), IN_PLACE=in_place, TILE=tile, CTAS=grid[0], **_OWN_CONSTANTS,
             num_warps=NUM_WARPS, **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS else {}),
         )
 
