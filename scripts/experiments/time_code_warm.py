@@ -1,15 +1,29 @@
-"""What cold code costs a small pool call: the bench's all-due flush timing (``bench.time_flush``:
-L2-cold over 8 slot sets, profiler kernel times) with and without a warming flush of another pool
-just before each timed call. The warming call flushes WARM_SLOTS slots (every program due, so
-that every resident CTA runs at least one program and its SM fetches the program's code); only
-the timed calls' kernels are kept. The difference bounds what a smaller program (less hot code)
-could win at that batch size (NOTES.md, "Instruction fetch at small batches").
+"""What cold code costs a pool call: the bench's all-due flush timing (L2-cold over 8 slot sets,
+profiler kernel times) in three modes:
 
-    python scripts/experiments/time_code_warm.py [B ...]      (default: 16 32 64)
+- ``cold``: as the bench runs it;
+- ``warm``: a warming flush of another pool just before each timed call, with as many slots as
+  the timed call (the same flag-scan tile, so the same binary) and at least enough due programs
+  that every resident CTA runs one (its SM fetches the program's code);
+- ``warm_l2``: the same warming flush, then a 256 MB memset that evicts L2 (and with it the code's
+  lines there) but runs no flush code on the SMs;
+- ``warm_tiny``, ``warm_copy``, ``warm_restore``: the warming flush, then one other kernel before
+  the timed call: an add on one element (tiny code, no data, no shared memory), a copy of 8 MB
+  (small code, data through the caches), or the bench's restore of the warm pool's gate history
+  (three index_put kernels, as the bench runs between its timed calls).
+
+warm - cold bounds what a smaller program (less hot code) could win at that batch size;
+warm_l2 says whether the warm call's gain lives in L2 (code fetched from HBM when cold) or in
+the SMs' instruction caches (NOTES.md, "Instruction fetch at small batches").
+
+    python scripts/experiments/time_code_warm.py [--due F] [--modes M,M] [B ...]   (default: all due, every mode, B = 16 32 64)
+
+--due: the timed pool's programs due with probability F (as the bench's 1 in 16 and nothing due);
+the warming pool's are all due.
 """
 
+import argparse
 import statistics
-import sys
 
 import torch
 
@@ -19,43 +33,69 @@ from leapquant.kda import L, Pool, flush_inplace
 from leapquant.kda.launch import resident_ctas
 from leapquant.kda.geometry import H
 
+MODES = ("cold", "warm", "warm_l2", "warm_tiny", "warm_copy", "warm_restore")
 
-def time_flush(B: int, device, q0, warm: bool) -> float:
+
+def time_flush(B: int, device, q0, mode: str, due: float = 1.0) -> float:
     pool = Pool(bench.SETS * B + 1, device)
     sets = [torch.arange(1 + s * B, 1 + (s + 1) * B, dtype=torch.int32, device=device)
             for s in range(bench.SETS)]
-    saved = bench.fill_pool(pool, sets, seed=1000 + B)
-    # enough due programs that every resident CTA of the (Gluon) grid runs one
-    warm_slots = -(-resident_ctas(device, 2) // H)
+    saved = bench.fill_pool(pool, sets, seed=1000 + B, due_fraction=due)
+    warm_slots = max(B, -(-resident_ctas(device, 2) // H))
     warm_pool = Pool(warm_slots + 1, device)
     warm_idx = torch.arange(1, warm_slots + 1, dtype=torch.int32, device=device)
     bench.fill_pool(warm_pool, [warm_idx], seed=7)
     assert bool((warm_pool.hcnt[1:] == L).all())  # a flush leaves hcnt at L: due again every call
+    evict = torch.empty(256 << 20, dtype=torch.uint8, device=device)
+    one = torch.zeros(1, device=device)
+    src, dst = torch.ones(8 << 20, dtype=torch.uint8, device=device), torch.empty(8 << 20, dtype=torch.uint8, device=device)
+    warm_saved = (warm_pool.w[warm_idx.long()].clone(), warm_pool.gbuf[warm_idx.long()].clone(),
+                  warm_pool.pcum[warm_idx.long()].clone())
 
-    def call(i):
-        if warm:
-            flush_inplace(warm_pool, warm_idx, q0)
+    def timed_call(i):
         s = i % bench.SETS
         flush_inplace(pool, sets[s], q0)
         ahead = (i + bench.SETS // 2) % bench.SETS
         sl = sets[ahead].long()
         pool.w[sl], pool.gbuf[sl], pool.pcum[sl] = saved[ahead]
 
+    def warmed_call(i):  # even i: the warming flush (and the eviction); odd i: the timed one
+        if i % 2 == 0:
+            flush_inplace(warm_pool, warm_idx, q0)
+            if mode == "warm_l2":
+                evict.zero_()
+            elif mode == "warm_tiny":
+                one.add_(1.0)
+            elif mode == "warm_copy":
+                dst.copy_(src)
+            elif mode == "warm_restore":
+                sl = warm_idx.long()
+                warm_pool.w[sl], warm_pool.gbuf[sl], warm_pool.pcum[sl] = warm_saved
+        else:
+            timed_call(i // 2)
+
     calls = bench.WARMUP + bench.TIMED
-    times = bench.kernel_times_ms(call, calls * (2 if warm else 1))
-    timed = times[1::2] if warm else times
+    if mode == "cold":
+        timed = bench.kernel_times_ms(timed_call, calls)
+    else:
+        timed = bench.kernel_times_ms(warmed_call, 2 * calls)[1::2]
     return statistics.median(timed[bench.WARMUP:])
 
 
-def main(sizes):
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("sizes", type=int, nargs="*", default=[16, 32, 64])
+    ap.add_argument("--due", type=float, default=1.0)
+    ap.add_argument("--modes", default=",".join(MODES))
+    a = ap.parse_args()
+    modes = a.modes.split(",")
     q0 = flush_inputs.make("random", 1, "cuda", seed=512)["q0"]
     for rep in (1, 2):
-        for B in sizes:
-            cold = time_flush(B, torch.device("cuda"), q0, warm=False)
-            hot = time_flush(B, torch.device("cuda"), q0, warm=True)
-            print(f"rep {rep} B={B} all due: cold code {cold:.4f} ms, warm code {hot:.4f} ms "
-                  f"({(hot / cold - 1) * 100:+.1f}%)")
+        for B in a.sizes:
+            t = {m: time_flush(B, torch.device("cuda"), q0, m, a.due) for m in modes}
+            print(f"rep {rep} B={B} due {a.due:g} ms: " + ", ".join(
+                f"{m} {t[m]:.4f}" + ("" if m == "cold" else f" ({(t[m] / t['cold'] - 1) * 100:+.1f}%)") for m in modes))
 
 
 if __name__ == "__main__":
-    main([int(b) for b in sys.argv[1:]] or [16, 32, 64])
+    main()
