@@ -10,7 +10,14 @@ profiler kernel times) in three modes:
 - ``warm_tiny``, ``warm_copy``, ``warm_restore``: the warming flush, then one other kernel before
   the timed call: an add on one element (tiny code, no data, no shared memory), a copy of 8 MB
   (small code, data through the caches), or the bench's restore of the warm pool's gate history
-  (three index_put kernels, as the bench runs between its timed calls).
+  (three index_put kernels, as the bench runs between its timed calls);
+- ``fill_only``: no warming call, and in place of the bench's restores only the due counters
+  set again (``pool.hcnt.index_fill_``), as the request's benchmark.py runs between its calls
+  (the windows stay reset after their first flush: the same code path and the same bytes).
+
+--step: the decode step instead (``bench.time_step``'s harness, a ``hcnt.fill_`` before each
+call), ``bench`` as it runs and ``evict``: the bench's three restore kernels on a flush pool of
+B slots before each call.
 
 warm - cold bounds what a smaller program (less hot code) could win at that batch size;
 warm_l2 says whether the warm call's gain lives in L2 (code fetched from HBM when cold) or in
@@ -33,7 +40,8 @@ from leapquant.kda import L, Pool, flush_inplace
 from leapquant.kda.launch import resident_ctas
 from leapquant.kda.geometry import H
 
-MODES = ("cold", "warm", "warm_l2", "warm_tiny", "warm_copy", "warm_restore")
+MODES = ("cold", "warm", "warm_l2", "warm_tiny", "warm_copy", "warm_restore", "fill_only")
+STEP_MODES = ("bench", "evict")
 
 
 def time_flush(B: int, device, q0, mode: str, due: float = 1.0) -> float:
@@ -54,6 +62,10 @@ def time_flush(B: int, device, q0, mode: str, due: float = 1.0) -> float:
 
     def timed_call(i):
         s = i % bench.SETS
+        if mode == "fill_only":
+            pool.hcnt.index_fill_(0, sets[s].long(), L)
+            flush_inplace(pool, sets[s], q0)
+            return
         flush_inplace(pool, sets[s], q0)
         ahead = (i + bench.SETS // 2) % bench.SETS
         sl = sets[ahead].long()
@@ -75,20 +87,64 @@ def time_flush(B: int, device, q0, mode: str, due: float = 1.0) -> float:
             timed_call(i // 2)
 
     calls = bench.WARMUP + bench.TIMED
-    if mode == "cold":
+    if mode in ("cold", "fill_only"):
         timed = bench.kernel_times_ms(timed_call, calls)
     else:
         timed = bench.kernel_times_ms(warmed_call, 2 * calls)[1::2]
     return statistics.median(timed[bench.WARMUP:])
 
 
+def time_step(B: int, device, mode: str) -> float:
+    """bench.time_step's harness; ``evict``: the bench's restore kernels on another pool before
+    each call."""
+    from leapquant.eval import step_inputs
+    from leapquant.kda import step_inplace
+    from leapquant.kda.format import MIXED_WIDTH
+    from leapquant.kda.geometry import K, V
+    pool = Pool(bench.SETS * B + 1, device)
+    sets = [torch.arange(1 + s * B, 1 + (s + 1) * B, dtype=torch.int32, device=device) for s in range(bench.SETS)]
+    for s, slots in enumerate(sets):
+        x = step_inputs.make("random", B, device, seed=3000 + s)
+        for view, name in zip(pool.checkpoint + pool.window, step_inputs.STEP_ARGS):
+            view[slots.long()] = x[name]
+    params = step_inputs.model_params(device)
+    gen = torch.Generator(device=device).manual_seed(B)
+    mixed = torch.randn(B, MIXED_WIDTH, generator=gen, device=device).bfloat16()
+    a = torch.randn(B, H, K, generator=gen, device=device).bfloat16()
+    b = (2 * torch.randn(B, H, generator=gen, device=device)).bfloat16()
+    o = torch.empty(B, H, V, dtype=torch.bfloat16, device=device)
+    other = Pool(B + 1, device)
+    other_idx = torch.arange(1, B + 1, dtype=torch.int32, device=device)
+    other_saved = bench.fill_pool(other, [other_idx], seed=11)[0]
+
+    def call(i):
+        if mode == "evict":
+            sl = other_idx.long()
+            other.w[sl], other.gbuf[sl], other.pcum[sl] = other_saved
+        pool.hcnt.fill_(1)
+        step_inplace(pool, sets[i % bench.SETS], mixed, a, b, params["A_log"], params["dt_bias"], o)
+
+    timed = bench.kernel_times_ms(call, bench.STEP_WARMUP + bench.STEP_TIMED, bench.STEP_KERNEL_NAME)
+    return statistics.median(timed[bench.STEP_WARMUP:])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("sizes", type=int, nargs="*", default=[16, 32, 64])
     ap.add_argument("--due", type=float, default=1.0)
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", default=None)
+    ap.add_argument("--step", action="store_true")
     a = ap.parse_args()
-    modes = a.modes.split(",")
+    if a.step:
+        modes = (a.modes or ",".join(STEP_MODES)).split(",")
+        for rep in (1, 2):
+            for B in a.sizes:
+                t = {m: time_step(B, torch.device("cuda"), m) for m in modes}
+                print(f"rep {rep} step B={B} ms: " + ", ".join(
+                    f"{m} {t[m]:.4f}" + ("" if m == modes[0] else f" ({(t[m] / t[modes[0]] - 1) * 100:+.1f}%)")
+                    for m in modes))
+        return
+    modes = (a.modes or ",".join(MODES)).split(",")
     q0 = flush_inputs.make("random", 1, "cuda", seed=512)["q0"]
     for rep in (1, 2):
         for B in a.sizes:
