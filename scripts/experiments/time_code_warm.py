@@ -95,37 +95,17 @@ def time_flush(B: int, device, q0, mode: str, due: float = 1.0) -> float:
 
 
 def time_step(B: int, device, mode: str) -> float:
-    """bench.time_step's harness; ``evict``: the bench's restore kernels on another pool before
+    """bench.time_step's median; ``evict``: the bench's restore kernels on another pool before
     each call."""
-    from leapquant.eval import step_inputs
-    from leapquant.kda import step_inplace
-    from leapquant.kda.format import MIXED_WIDTH
-    from leapquant.kda.geometry import K, V
-    pool = Pool(bench.SETS * B + 1, device)
-    sets = [torch.arange(1 + s * B, 1 + (s + 1) * B, dtype=torch.int32, device=device) for s in range(bench.SETS)]
-    for s, slots in enumerate(sets):
-        x = step_inputs.make("random", B, device, seed=3000 + s)
-        for view, name in zip(pool.checkpoint + pool.window, step_inputs.STEP_ARGS):
-            view[slots.long()] = x[name]
-    params = step_inputs.model_params(device)
-    gen = torch.Generator(device=device).manual_seed(B)
-    mixed = torch.randn(B, MIXED_WIDTH, generator=gen, device=device).bfloat16()
-    a = torch.randn(B, H, K, generator=gen, device=device).bfloat16()
-    b = (2 * torch.randn(B, H, generator=gen, device=device)).bfloat16()
-    o = torch.empty(B, H, V, dtype=torch.bfloat16, device=device)
     other = Pool(B + 1, device)
     other_idx = torch.arange(1, B + 1, dtype=torch.int32, device=device)
     other_saved = bench.fill_pool(other, [other_idx], seed=11)[0]
 
-    def call(i):
-        if mode == "evict":
-            sl = other_idx.long()
-            other.w[sl], other.gbuf[sl], other.pcum[sl] = other_saved
-        pool.hcnt.fill_(1)
-        step_inplace(pool, sets[i % bench.SETS], mixed, a, b, params["A_log"], params["dt_bias"], o)
+    def evict(i):
+        sl = other_idx.long()
+        other.w[sl], other.gbuf[sl], other.pcum[sl] = other_saved
 
-    timed = bench.kernel_times_ms(call, bench.STEP_WARMUP + bench.STEP_TIMED, bench.STEP_KERNEL_NAME)
-    return statistics.median(timed[bench.STEP_WARMUP:])
+    return bench.time_step(B, device, before=evict if mode == "evict" else None)["median_ms"]
 
 
 def main():

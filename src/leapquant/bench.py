@@ -131,9 +131,11 @@ def step_accuracy(B: int, device) -> dict:
     return res
 
 
-def time_step(B: int, device) -> dict:
+def time_step(B: int, device, before=None) -> dict:
     """Median kernel time (ms) of ``step_inplace`` over B sequences x H heads, every sequence
-    decoding at fill count 1 (as the request's benchmark), L2-cold over ``SETS`` slot sets."""
+    decoding at fill count 1 (as the request's benchmark), L2-cold over ``SETS`` slot sets.
+    ``before(i)``, if given, runs before call i (other kernels between the steps: what an engine
+    runs there; scripts/experiments/time_code_warm.py)."""
     pool = Pool(SETS * B + 1, device)
     sets = [torch.arange(1 + s * B, 1 + (s + 1) * B, dtype=torch.int32, device=device) for s in range(SETS)]
     for s, slots in enumerate(sets):
@@ -149,6 +151,8 @@ def time_step(B: int, device) -> dict:
     o = torch.empty(B, H, V, dtype=torch.bfloat16, device=device)
 
     def call(i):
+        if before is not None:
+            before(i)
         pool.hcnt.fill_(1)
         step_inplace(pool, sets[i % SETS], mixed, a, b, params["A_log"], params["dt_bias"], o)
 
