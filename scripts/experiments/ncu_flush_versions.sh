@@ -3,13 +3,15 @@
 # functional form at B=64 (scripts/ncu_target.py; NCU_B: another batch size, NCU_OP=pool: the
 # pool form with every program due, as the bench times it): $OUT/ncu_flush_<name>.txt (details)
 # and $OUT/ncu_flush_<name>_sass.csv.gz (per-instruction counters for scripts/ncu_lines.py).
-#   [NCU_B=B] [NCU_OP=flush|pool] bash scripts/experiments/ncu_flush_versions.sh NAME [NAME ...]
+# NCU_CACHE=none: caches not flushed before each replay pass (the code stays warm from the launch
+# before; default all: ncu's own default).
+#   [NCU_B=B] [NCU_OP=flush|pool] [NCU_CACHE=all|none] bash scripts/experiments/ncu_flush_versions.sh NAME [NAME ...]
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 for v in "$@"; do
-  PYTHONPATH=ab/$v timeout 200 ncu --clock-control none --kernel-name regex:_flush_kernel --launch-skip 1 --launch-count 1 \
+  PYTHONPATH=ab/$v timeout 200 ncu --clock-control none --cache-control "${NCU_CACHE:-all}" --kernel-name regex:_flush_kernel --launch-skip 1 --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
     -o "/tmp/ncu_flush_$v" -f python3 scripts/ncu_target.py "${NCU_B:-64}" "${NCU_OP:-flush}" > "$OUT/ncu_flush_${v}_run.log" 2>&1
