@@ -36,7 +36,7 @@ for opt in "$@"; do
     --kernels-hub) python3 -m pytest -q -rs tests/test_kernels_load.py tests/test_kernels_build.py > "$OUT/kernels_hub.log" 2>&1
                    echo "kernels loading tests: $(tail -n 1 "$OUT/kernels_hub.log")"
                    python3 -c "$(sed -n "/^python -c '\$/,/^'\$/p" README.md | sed '1d;$d')" 2>&1 | tee -a "$OUT/kernels_hub.log" | tail -n 2 ;;
-    --ncu) ncu --clock-control none --kernel-name regex:_flush_kernel --launch-skip 1 --launch-count 1 \
+    --ncu) ncu --clock-control none --kernel-name regex:_flush_kernel --profile-from-start off --launch-count 1 \
              --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
              --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
              -o /tmp/leapquant_ncu -f python3 scripts/ncu_target.py 64 > "$OUT/ncu_run.log" 2>&1
@@ -46,7 +46,7 @@ for opt in "$@"; do
            # cycles per phase (the default kernel must be the Gluon one; 64 sequences = 2048 programs)
            cycles=$(grep -m1 "Elapsed Cycles" "$OUT/ncu.txt" | awk '{gsub(",", "", $NF); print $NF}')
            python3 scripts/ncu_phases.py "$OUT/sass.csv" "$cycles" 2048 --opcodes 6 | tee "$OUT/ncu_phases.md" ;;
-    --ncu-step) timeout 150 ncu --clock-control none --kernel-name regex:_step_kernel --launch-skip 1 --launch-count 1 \
+    --ncu-step) timeout 150 ncu --clock-control none --kernel-name regex:_step_kernel --profile-from-start off --launch-count 1 \
                   --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
                   --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
                   -o /tmp/leapquant_ncu_step -f python3 scripts/ncu_target.py 256 step > "$OUT/ncu_step_run.log" 2>&1

@@ -1,4 +1,5 @@
-"""A small workload for Nsight Compute, run twice (the first launch compiles; profile the second):
+"""A small workload for Nsight Compute, run twice (the first call compiles; profile the second,
+the only one between cudaProfilerStart and Stop: `ncu --profile-from-start off`):
 ``python scripts/ncu_target.py [B] [flush|pool|step] [DUE]`` -- run() (the flush, functional
 form), flush_inplace() on a pool of B sequences filled as the bench fills it with each program
 due with probability DUE (default 1: the bench's all-due timing; its window restored before the
@@ -35,6 +36,12 @@ else:
     from leapquant.kda import run as call
 
     x = flush_inputs.make("random", B, "cuda", seed=1)
-for _ in range(2):
-    call(**x)
+call(**x)  # compiles (and a pool's warm-up launches the kernel once for each flag tile)
 torch.cuda.synchronize()
+# the second call between profiler start and stop: `ncu --profile-from-start off` profiles it
+# alone (with --launch-skip 1 and the default profile-from-start, ncu counts launches from the
+# process's start, the warm-up's included)
+torch.cuda.cudart().cudaProfilerStart()
+call(**x)
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStop()

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 for v in "$@"; do
-  PYTHONPATH=ab/$v timeout 200 ncu --clock-control none --cache-control "${NCU_CACHE:-all}" --kernel-name regex:_flush_kernel --launch-skip 1 --launch-count 1 \
+  PYTHONPATH=ab/$v timeout 200 ncu --clock-control none --cache-control "${NCU_CACHE:-all}" --kernel-name regex:_flush_kernel --profile-from-start off --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
     -o "/tmp/ncu_flush_$v" -f python3 scripts/ncu_target.py "${NCU_B:-64}" "${NCU_OP:-flush}" > "$OUT/ncu_flush_${v}_run.log" 2>&1
