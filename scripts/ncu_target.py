@@ -36,7 +36,7 @@ else:
     from leapquant.kda import run as call
 
     x = flush_inputs.make("random", B, "cuda", seed=1)
-call(**x)  # compiles (and a pool's warm-up launches the kernel once for each flag tile)
+call(**x)  # the functional forms compile here (a Pool compiled its kernel, one launch a flag tile)
 torch.cuda.synchronize()
 # the second call between profiler start and stop: `ncu --profile-from-start off` profiles it
 # alone (with --launch-skip 1 and the default profile-from-start, ncu counts launches from the

@@ -1,5 +1,5 @@
 """What cold code costs a pool call: the bench's all-due flush timing (L2-cold over 8 slot sets,
-profiler kernel times) in three modes:
+profiler kernel times) in these modes:
 
 - ``cold``: as the bench runs it;
 - ``warm``: a warming flush of another pool just before each timed call, with as many slots as
@@ -13,7 +13,8 @@ profiler kernel times) in three modes:
   (three index_put kernels, as the bench runs between its timed calls);
 - ``fill_only``: no warming call, and in place of the bench's restores only the due counters
   set again (``pool.hcnt.index_fill_``), as the request's benchmark.py runs between its calls
-  (the windows stay reset after their first flush: the same code path and the same bytes).
+  (the windows stay reset after their first flush: the same code path and the same bytes;
+  every program of a set is due again, so only with --due 1).
 
 --step: the decode step instead (``bench.time_step``'s harness, a ``hcnt.fill_`` before each
 call), ``bench`` as it runs and ``evict``: the bench's three restore kernels on a flush pool of
@@ -26,7 +27,8 @@ the SMs' instruction caches (NOTES.md, "Instruction fetch at small batches").
     python scripts/experiments/time_code_warm.py [--due F] [--modes M,M] [B ...]   (default: all due, every mode, B = 16 32 64)
 
 --due: the timed pool's programs due with probability F (as the bench's 1 in 16 and nothing due);
-the warming pool's are all due.
+the warming pool's are all due. Each line gives every mode's median and its ratio to the first
+mode's.
 """
 
 import argparse
@@ -97,6 +99,8 @@ def time_flush(B: int, device, q0, mode: str, due: float = 1.0) -> float:
 def time_step(B: int, device, mode: str) -> float:
     """bench.time_step's median; ``evict``: the bench's restore kernels on another pool before
     each call."""
+    if mode == "bench":
+        return bench.time_step(B, device)["median_ms"]
     other = Pool(B + 1, device)
     other_idx = torch.arange(1, B + 1, dtype=torch.int32, device=device)
     other_saved = bench.fill_pool(other, [other_idx], seed=11)[0]
@@ -105,7 +109,13 @@ def time_step(B: int, device, mode: str) -> float:
         sl = other_idx.long()
         other.w[sl], other.gbuf[sl], other.pcum[sl] = other_saved
 
-    return bench.time_step(B, device, before=evict if mode == "evict" else None)["median_ms"]
+    return bench.time_step(B, device, before=evict)["median_ms"]
+
+
+def _line(head: str, t: dict, modes: list) -> str:
+    # every mode's median, and its ratio to the first mode's
+    return head + ", ".join(f"{m} {t[m]:.4f}" + ("" if m == modes[0] else f" ({(t[m] / t[modes[0]] - 1) * 100:+.1f}%)")
+                            for m in modes)
 
 
 def main():
@@ -115,22 +125,20 @@ def main():
     ap.add_argument("--modes", default=None)
     ap.add_argument("--step", action="store_true")
     a = ap.parse_args()
-    if a.step:
-        modes = (a.modes or ",".join(STEP_MODES)).split(",")
-        for rep in (1, 2):
-            for B in a.sizes:
-                t = {m: time_step(B, torch.device("cuda"), m) for m in modes}
-                print(f"rep {rep} step B={B} ms: " + ", ".join(
-                    f"{m} {t[m]:.4f}" + ("" if m == modes[0] else f" ({(t[m] / t[modes[0]] - 1) * 100:+.1f}%)")
-                    for m in modes))
-        return
-    modes = (a.modes or ",".join(MODES)).split(",")
-    q0 = flush_inputs.make("random", 1, "cuda", seed=512)["q0"]
+    known = STEP_MODES if a.step else MODES
+    modes = (a.modes or ",".join(known)).split(",")
+    if unknown := [m for m in modes if m not in known]:
+        ap.error(f"unknown modes {unknown}; known: {', '.join(known)}")
+    if "fill_only" in modes and a.due != 1.0:
+        ap.error("fill_only sets every program of a set due again: only with --due 1")
+    q0 = None if a.step else flush_inputs.make("random", 1, "cuda", seed=512)["q0"]
     for rep in (1, 2):
         for B in a.sizes:
-            t = {m: time_flush(B, torch.device("cuda"), q0, m, a.due) for m in modes}
-            print(f"rep {rep} B={B} due {a.due:g} ms: " + ", ".join(
-                f"{m} {t[m]:.4f}" + ("" if m == "cold" else f" ({(t[m] / t['cold'] - 1) * 100:+.1f}%)") for m in modes))
+            if a.step:
+                print(_line(f"rep {rep} step B={B} ms: ", {m: time_step(B, torch.device("cuda"), m) for m in modes}, modes))
+            else:
+                t = {m: time_flush(B, torch.device("cuda"), q0, m, a.due) for m in modes}
+                print(_line(f"rep {rep} B={B} due {a.due:g} ms: ", t, modes))
 
 
 if __name__ == "__main__":
