@@ -17,7 +17,7 @@ if op == "step":
 
     x = step_inputs.make("random", B, "cuda", 1)
 elif op == "pool":
-    from leapquant.bench import fill_pool
+    from leapquant.bench import fill_pool, restore_gates
     from leapquant.eval import flush_inputs
     from leapquant.kda import Pool, flush_inplace
 
@@ -28,7 +28,7 @@ elif op == "pool":
 
     def call():  # a flush empties the window and leaves hcnt at L (due again), as bench.time_flush
         flush_inplace(pool, slots, q0)
-        pool.w[slots.long()], pool.gbuf[slots.long()], pool.pcum[slots.long()] = saved[0]
+        restore_gates(pool, slots, saved[0])
 
     x = {}
 else:

@@ -39,6 +39,7 @@ import torch
 from leapquant import bench
 from leapquant.eval import flush_inputs
 from leapquant.kda import L, Pool, flush_inplace
+from leapquant.kda.flush.gluon_kernel import CTAS_PER_SM
 from leapquant.kda.launch import resident_ctas
 from leapquant.kda.geometry import H
 
@@ -51,16 +52,14 @@ def time_flush(B: int, device, q0, mode: str, due: float = 1.0) -> float:
     sets = [torch.arange(1 + s * B, 1 + (s + 1) * B, dtype=torch.int32, device=device)
             for s in range(bench.SETS)]
     saved = bench.fill_pool(pool, sets, seed=1000 + B, due_fraction=due)
-    warm_slots = max(B, -(-resident_ctas(device, 2) // H))
+    warm_slots = max(B, -(-resident_ctas(device, CTAS_PER_SM) // H))
     warm_pool = Pool(warm_slots + 1, device)
     warm_idx = torch.arange(1, warm_slots + 1, dtype=torch.int32, device=device)
-    bench.fill_pool(warm_pool, [warm_idx], seed=7)
+    warm_saved = bench.fill_pool(warm_pool, [warm_idx], seed=7)[0]
     assert bool((warm_pool.hcnt[1:] == L).all())  # a flush leaves hcnt at L: due again every call
     evict = torch.empty(256 << 20, dtype=torch.uint8, device=device)
     one = torch.zeros(1, device=device)
     src, dst = torch.ones(8 << 20, dtype=torch.uint8, device=device), torch.empty(8 << 20, dtype=torch.uint8, device=device)
-    warm_saved = (warm_pool.w[warm_idx.long()].clone(), warm_pool.gbuf[warm_idx.long()].clone(),
-                  warm_pool.pcum[warm_idx.long()].clone())
 
     def timed_call(i):
         s = i % bench.SETS
@@ -70,8 +69,7 @@ def time_flush(B: int, device, q0, mode: str, due: float = 1.0) -> float:
             return
         flush_inplace(pool, sets[s], q0)
         ahead = (i + bench.SETS // 2) % bench.SETS
-        sl = sets[ahead].long()
-        pool.w[sl], pool.gbuf[sl], pool.pcum[sl] = saved[ahead]
+        bench.restore_gates(pool, sets[ahead], saved[ahead])
 
     def warmed_call(i):  # even i: the warming flush (and the eviction); odd i: the timed one
         if i % 2 == 0:
@@ -83,8 +81,7 @@ def time_flush(B: int, device, q0, mode: str, due: float = 1.0) -> float:
             elif mode == "warm_copy":
                 dst.copy_(src)
             elif mode == "warm_restore":
-                sl = warm_idx.long()
-                warm_pool.w[sl], warm_pool.gbuf[sl], warm_pool.pcum[sl] = warm_saved
+                bench.restore_gates(warm_pool, warm_idx, warm_saved)
         else:
             timed_call(i // 2)
 
@@ -106,8 +103,7 @@ def time_step(B: int, device, mode: str) -> float:
     other_saved = bench.fill_pool(other, [other_idx], seed=11)[0]
 
     def evict(i):
-        sl = other_idx.long()
-        other.w[sl], other.gbuf[sl], other.pcum[sl] = other_saved
+        bench.restore_gates(other, other_idx, other_saved)
 
     return bench.time_step(B, device, before=evict)["median_ms"]
 

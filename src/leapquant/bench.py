@@ -97,6 +97,14 @@ def fill_pool(pool: Pool, sets: list[torch.Tensor], seed: int, due_fraction: flo
     return saved
 
 
+def restore_gates(pool: Pool, slots: torch.Tensor, saved: tuple) -> None:
+    """Give ``slots`` back the gate history (w, gbuf, pcum) ``fill_pool`` saved for them, so that
+    a flushed set has a full window again: the bench's restore between timed calls (three
+    index_put kernels)."""
+    sl = slots.long()
+    pool.w[sl], pool.gbuf[sl], pool.pcum[sl] = saved
+
+
 def time_flush(B: int, device, q0: torch.Tensor, due_fraction: float = 1.0) -> dict:
     """Median kernel time (ms) of flush_inplace over B sequences x H heads, each due with
     probability ``due_fraction``."""
@@ -108,8 +116,7 @@ def time_flush(B: int, device, q0: torch.Tensor, due_fraction: float = 1.0) -> d
         s = i % SETS
         flush_inplace(pool, sets[s], q0)
         ahead = (i + SETS // 2) % SETS
-        sl = sets[ahead].long()
-        pool.w[sl], pool.gbuf[sl], pool.pcum[sl] = saved[ahead]
+        restore_gates(pool, sets[ahead], saved[ahead])
 
     timed = kernel_times_ms(call, WARMUP + TIMED)[WARMUP:]
     return {"median_ms": statistics.median(timed), "min_ms": min(timed), "max_ms": max(timed)}
