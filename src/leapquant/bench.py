@@ -118,8 +118,7 @@ def time_flush(B: int, device, q0: torch.Tensor, due_fraction: float = 1.0) -> d
         ahead = (i + SETS // 2) % SETS
         restore_gates(pool, sets[ahead], saved[ahead])
 
-    timed = kernel_times_ms(call, WARMUP + TIMED)[WARMUP:]
-    return {"median_ms": statistics.median(timed), "min_ms": min(timed), "max_ms": max(timed)}
+    return _summary(kernel_times_ms(call, WARMUP + TIMED)[WARMUP:])
 
 
 def _summary(timed: list[float]) -> dict:
