@@ -1,8 +1,9 @@
 """Bit-for-bit comparison of two versions of the decode step on the GPU (the step's counterpart of
 ``scripts/compare_outputs.py``): ``step()`` on the step request's three families at one batch
 size, then ``step_inplace`` twice on a pool whose rows mix live slots at every fill count
-(0 .. L, L read as "just flushed") with padded entries (0 and -1), every output and the pool's
-window and counters after each call. Run once with each version on PYTHONPATH:
+(0 .. L, L read as "just flushed") with padded entries (0, and -1 from B = 4 on), every output
+and the pool's window and counters after each call. Run once with each version on PYTHONPATH
+(``compare`` reruns at the batch size the saved file records):
 
     PYTHONPATH=ab/main python scripts/experiments/compare_step_outputs.py save /tmp/s.pt [--batch-size 64]
     PYTHONPATH=ab/ring python scripts/experiments/compare_step_outputs.py compare /tmp/s.pt

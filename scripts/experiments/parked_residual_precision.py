@@ -6,8 +6,9 @@ each 64-column half of E / s_k:
 
 - ``int16``: fixed point under the half's row maximum m (r = round(32767 t / m), t = E / s_k),
   the codes from r m / 32767;
-- ``fp16``: E in fp16 under a power of two per row half (as the request's TileLang kernel parks
-  its residual), then divided by s_k.
+- ``fp16``: E in fp16 under a power of two a row and half, then divided by s_k (the request's
+  TileLang kernel parks its residual in fp16 under one power of two for a warp's 32 rows and a
+  half: coarser than this).
 
 Prints each family's worst ratio in both forms of SPEC section 5 (head, every (batch, head)) for
 the exact codes and both parkings, on the CPU.
