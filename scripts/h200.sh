@@ -36,23 +36,13 @@ for opt in "$@"; do
     --kernels-hub) python3 -m pytest -q -rs tests/test_kernels_load.py tests/test_kernels_build.py > "$OUT/kernels_hub.log" 2>&1
                    echo "kernels loading tests: $(tail -n 1 "$OUT/kernels_hub.log")"
                    python3 -c "$(sed -n "/^python -c '\$/,/^'\$/p" README.md | sed '1d;$d')" 2>&1 | tee -a "$OUT/kernels_hub.log" | tail -n 2 ;;
-    --ncu) ncu --clock-control none --kernel-name regex:_flush_kernel --profile-from-start off --launch-count 1 \
-             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-             --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
-             -o /tmp/leapquant_ncu -f python3 scripts/ncu_target.py 64 > "$OUT/ncu_run.log" 2>&1
-           ncu -i /tmp/leapquant_ncu.ncu-rep --page details > "$OUT/ncu.txt" 2>&1
-           ncu -i /tmp/leapquant_ncu.ncu-rep --page source --csv --print-source sass > "$OUT/sass.csv" 2>&1
+    --ncu) bash scripts/ncu_profile.sh _flush_kernel "$OUT/ncu" python3 scripts/ncu_target.py 64
            grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|Compute \(SM\)|Issue Slots Busy|No Eligible|Stall|Block Limit" "$OUT/ncu.txt" | head -40
            # cycles per phase (the default kernel must be the Gluon one; 64 sequences = 2048 programs)
            cycles=$(grep -m1 "Elapsed Cycles" "$OUT/ncu.txt" | awk '{gsub(",", "", $NF); print $NF}')
-           python3 scripts/ncu_phases.py "$OUT/sass.csv" "$cycles" 2048 --opcodes 6 | tee "$OUT/ncu_phases.md" ;;
-    --ncu-step) timeout 150 ncu --clock-control none --kernel-name regex:_step_kernel --profile-from-start off --launch-count 1 \
-                  --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-                  --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
-                  -o /tmp/leapquant_ncu_step -f python3 scripts/ncu_target.py 256 step > "$OUT/ncu_step_run.log" 2>&1
-                ncu -i /tmp/leapquant_ncu_step.ncu-rep --page details > "$OUT/ncu_step.txt" 2>&1
+           python3 scripts/ncu_phases.py "$OUT/ncu_sass.csv.gz" "$cycles" 2048 --opcodes 6 | tee "$OUT/ncu_phases.md" ;;
+    --ncu-step) NCU_TIMEOUT=150 bash scripts/ncu_profile.sh _step_kernel "$OUT/ncu_step" python3 scripts/ncu_target.py 256 step
                 # per-line counts: python scripts/ncu_lines.py ncu_step_sass.csv.gz LINES step/gluon_kernel.py 8192 4
-                ncu -i /tmp/leapquant_ncu_step.ncu-rep --page source --csv --print-source sass | gzip > "$OUT/ncu_step_sass.csv.gz"
                 grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|DRAM Throughput|Issue Slots Busy|No Eligible|Stall|Block Limit|Warp Cycles Per Issued" "$OUT/ncu_step.txt" | head -30 ;;
     --step-variants) timeout 120 python3 scripts/experiments/step_variants.py ${STEP_VARIANTS:-} > "$OUT/step_variants.log" 2>&1
                      echo "step variants (exit $?):"; cat "$OUT/step_variants.log" ;;

@@ -13,12 +13,8 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 for v in "$@"; do
-  PYTHONPATH=ab/$v timeout 200 ncu --clock-control none --cache-control "${NCU_CACHE:-all}" --kernel-name regex:_flush_kernel --profile-from-start off --launch-count 1 \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
-    -o "/tmp/ncu_flush_$v" -f python3 scripts/ncu_target.py "${NCU_B:-64}" "${NCU_OP:-flush}" > "$OUT/ncu_flush_${v}_run.log" 2>&1
-  ncu -i "/tmp/ncu_flush_$v.ncu-rep" --page details > "$OUT/ncu_flush_$v.txt" 2>&1
-  ncu -i "/tmp/ncu_flush_$v.ncu-rep" --page source --csv --print-source sass | gzip > "$OUT/ncu_flush_${v}_sass.csv.gz"
+  PYTHONPATH=ab/$v bash scripts/ncu_profile.sh _flush_kernel "$OUT/ncu_flush_$v" \
+    python3 scripts/ncu_target.py "${NCU_B:-64}" "${NCU_OP:-flush}"
   echo "== $v"
   grep -E "Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|Local" "$OUT/ncu_flush_$v.txt" | head -20
 done
