@@ -3,8 +3,9 @@
 # call of scripts/ncu_target.py, between its cudaProfilerStart and Stop), with the sections every
 # profile of this project reads: PREFIX.txt (the details page), PREFIX_sass.csv.gz (per-instruction
 # counters for scripts/ncu_lines.py and scripts/ncu_phases.py) and PREFIX_run.log (the command's own
-# output); the report itself goes to /tmp (large, and the device machine returns few files). NCU_CACHE passes ncu's --cache-control (default all, ncu's own);
-# NCU_TIMEOUT bounds the profiled run in seconds (default 200).
+# output); the report itself goes to /tmp (large, and the device machine returns few files).
+# NCU_CACHE passes ncu's --cache-control (default all, ncu's own); NCU_TIMEOUT bounds the profiled
+# run in seconds (default 200).
 #   bash scripts/ncu_profile.sh REGEX PREFIX COMMAND [ARG ...]
 set -u
 [ $# -ge 3 ] || { echo "usage: bash scripts/ncu_profile.sh REGEX PREFIX COMMAND [ARG ...]"; exit 2; }

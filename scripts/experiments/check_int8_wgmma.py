@@ -4,7 +4,7 @@ from the int8 codes, as the step's are (there on mma.sync), here as wgmma, which
 operands only K-major. C y (reduce over k): A = the codes [V, K] as staged (row-major, K-major),
 B = y's fixed-point digits [N, K] (K-major). C^T x (reduce over v) needs the codes' transpose
 [K, V] as a second int8 operand. Compiles a probe with both products into int32 accumulators and
-prints what the PTX and SASS hold (wgmma .s8 instructions, IMMA-class HGMMA).
+prints the wgmma instructions of its PTX and its shared memory.
 
     python scripts/experiments/check_int8_wgmma.py      (the dev extra: triton 3.6.0)
 """

@@ -14,6 +14,7 @@ exits 1 if any differs.
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 
@@ -22,12 +23,10 @@ from leapquant.kda import L, Pool, step, step_inplace
 from leapquant.kda.format import MIXED_WIDTH
 from leapquant.kda.geometry import H, K
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the flush's comparison
+from compare_outputs import bits  # noqa: E402  (bit patterns: -0.0 and NaN payloads compared as bits)
+
 SEED = 7
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    # bit patterns as integers of the tensor's width (-0.0 and NaN payloads compared as bits)
-    return t.contiguous().view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
 def outputs(B: int, device: str = "cuda") -> dict:
@@ -73,7 +72,7 @@ def main():
     now = outputs(saved["B"], a.device)
     bad = False
     for case, ref in saved["outputs"].items():
-        diff = [int((bits(x) != bits(y)).sum()) for x, y in zip(ref, now[case])]
+        diff = [int((bits(x.contiguous()) != bits(y.contiguous())).sum()) for x, y in zip(ref, now[case])]
         same = not any(diff)
         bad |= not same
         print(f"{case:22s} {'identical' if same else 'DIFFERENT'} (elements differing per tensor: {diff})")

@@ -22,19 +22,17 @@ import torch
 
 from leapquant.eval import flush_criterion, flush_inputs
 from leapquant.kda.flush import emulation, naive
+from leapquant.kda.geometry import QMAX
 
-QMAX, EPS = 127.0, 1e-12
 HALF = 64
-ARGS = ("codes", "s_k", "s_v", "u", "q", "kbuf", "ubuf", "gbuf", "w", "pcum", "q0")
+EXACT = emulation.scales_and_codes  # the kernel's scales (and codes), as main computes them
 
 
 def parked_scales_and_codes(mode: str):
     def scales_and_codes(E: torch.Tensor):
-        ae = E.abs()
-        s_k = torch.sqrt(ae.sum(-2) * (1.0 / E.shape[-2])).clamp_min(EPS)
+        _, s_k, s_v = EXACT(E)  # the scales from fp32 E, unchanged
         inv_k = 1.0 / s_k
         t = E * inv_k.unsqueeze(-2)
-        s_v = t.abs().amax(-1).clamp_min(EPS)
         halves = []
         for h in range(E.shape[-1] // HALF):
             cols = slice(HALF * h, HALF * (h + 1))
@@ -53,19 +51,18 @@ def parked_scales_and_codes(mode: str):
 
 def main():
     B = int(sys.argv[1]) if len(sys.argv) > 1 else 16
-    exact = emulation.scales_and_codes
     print(f"B={B}: worst err/err_ref, head form / every (batch, head) form")
     for family in flush_inputs.all_families():
         x = flush_inputs.make(family, B, seed=3)
-        args = [x[k] for k in ARGS]
+        args = [x[k] for k in flush_inputs.FLUSH_ARGS]
         ref = naive.reference(*args)
         cells = []
         for mode in ("exact", "int16", "fp16"):
-            emulation.scales_and_codes = exact if mode == "exact" else parked_scales_and_codes(mode)
+            emulation.scales_and_codes = EXACT if mode == "exact" else parked_scales_and_codes(mode)
             r = flush_criterion.evaluate(x, emulation.flush_emulated(*args, kernel="gluon"), ref)
             cells.append(f"{mode} {'PASS' if r['ok'] else 'FAIL'} {r['head'].worst_ratio:.5f} / "
                          f"{r['batch_head'].worst_ratio:.5f}")
-        emulation.scales_and_codes = exact
+        emulation.scales_and_codes = EXACT
         print(f"{family:14s} " + " | ".join(cells), flush=True)
 
 
