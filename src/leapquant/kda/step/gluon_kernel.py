@@ -1,9 +1,9 @@
 """Gluon kernel of the per-token KDA decode step for Hopper (sm_90a): one program = one
 (sequence, head).
 
-The portable kernel's formulation and phases (``triton_kernel.py``: every load first, none behind
-the fill count), with the layouts chosen by hand so that the sums cost few shuffles and few
-shared-memory rounds, and the codes products on the integer tensor cores:
+The portable kernel's formulation and phases (``triton_kernel.py``: every load first, the
+window's rows only below the fill count), with the layouts chosen by hand so that the sums cost
+few shuffles and few shared-memory rounds, and the codes products on the integer tensor cores:
 
 - the codes products ``C (f kn)`` and ``C (f qn)``: mma.sync m16n8k32 s8 with the staged codes as
   the A operand as they are (no conversion), and each thin vector ``f x`` as ``STEP_DIGITS``
@@ -16,9 +16,11 @@ shared-memory rounds, and the codes products on the integer tensor cores:
   columns a thread;
 - kn and qn travel as pairs (``_pair_to``): each of their layout changes, and the tokens'
   cross-warp sums, is one exchange for both;
-- the codes and the window (28 KB of a program's 34.9) are copied into shared memory (cp.async,
-  16 bytes a thread) while the small loads and the token's phase run, so no registers wait on
-  them; at 80 registers a thread, 6 CTAs share an SM.
+- the codes and the window's live rows (16 KiB, plus 768 B an entry below the fill count h) are
+  copied into shared memory (cp.async, 16 bytes a thread) while the small loads and the token's
+  phase run, so no registers wait on them; at 80 registers a thread, 6 CTAs share an SM. Rows
+  at or past h are not read (eighteenth session: -12% at B=16, -5% at B=256, -1.4% at B=512 at
+  fill count 1; even to +1.4% at a full window, where the copies' wait for h is all it changes).
 
 Measured on the H200 (BENCHMARKS.md, ninth session, A/B runs in one process): the integer tensor
 cores took 3% off at B >= 256 (21% fewer SASS instructions, 22% fewer executed: most became idle
@@ -182,8 +184,11 @@ def _step_kernel(
     kwin = prog * (NL * NK)
     vwin = prog * (NL * NV)
 
-    # every load first and none behind the fill count (rows at or past h are read whole and
-    # discarded by a select; only entry j + 1 past the window is masked)
+    # the codes' copy first, then the window's rows below the fill count h only (masked copies
+    # zero-fill and read nothing): a program moves 34,126 B at h = L - 1 and 23,374 B at h = 1
+    # (every row, 34,894 B, before the eighteenth session).
+    # The window's copies wait for h's load (ptxas also places that wait after the first of the
+    # codes' eight copies a thread)
     jw = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))  # rows in reversed entry order
     # the codes and the window copied (cp.async) into shared memory, rows in reversed entry order
     # like jw: no registers held while they land
@@ -195,13 +200,7 @@ def _step_kernel(
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, COPY_BYTES))[:, None]
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_BYTES))[None, :]
     async_copy.async_copy_global_to_shared(codes_s, codes + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
-    jc = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, COPY_HALVES))[:, None]
-    nh = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_HALVES))[None, :]
-    async_copy.async_copy_global_to_shared(keys_s, kbuf + kwin + jc * NK + nh)
-    async_copy.async_copy_global_to_shared(gates_s, gbuf + kwin + (jc + 1) * NK + nh,
-                                           mask=((jc + 1) < NL) & (nh >= 0))
-    async_copy.async_copy_global_to_shared(vals_s, ubuf + vwin + jc * NV + nh)
-    async_copy.commit_group()
+    h = gl.load(fill + prog)
     s_vr = gl.load(s_v + slot * SV_SLOT + head * SV_HEAD + n)
     s_kr = gl.load(s_k + slot * SK_SLOT + head * SK_HEAD + n)
     w_all = gl.load(w + prog * NL + jw)
@@ -210,8 +209,14 @@ def _step_kernel(
     uu = gl.load(u + slot * U_SLOT + head * U_HEAD + rt[:, None] * U_ROW + nt[None, :])
     qq = gl.load(q + slot * Q_SLOT + head * Q_HEAD + rt[:, None] * Q_ROW + nt[None, :])
     vt = gl.load(vx + tok * v_row + head * NV + n).to(gl.float32)
-    h = gl.load(fill + prog)
     h = gl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
+    jc = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, COPY_HALVES))[:, None]
+    nh = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_HALVES))[None, :]
+    live_rows = (jc < h) & (nh >= 0)  # entries 0 .. h-1; the gates of entries 1 .. h-1
+    async_copy.async_copy_global_to_shared(keys_s, kbuf + kwin + jc * NK + nh, mask=live_rows)
+    async_copy.async_copy_global_to_shared(gates_s, gbuf + kwin + (jc + 1) * NK + nh, mask=((jc + 1) < h) & (nh >= 0))
+    async_copy.async_copy_global_to_shared(vals_s, ubuf + vwin + jc * NV + nh, mask=live_rows)
+    async_copy.commit_group()
     kn, qn, kq, g, en, beta, pcum_n, pc, f, mk, mq = token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_kr, tok, qk_row,
                                                                 head, prog, n, NH, NK, NORM_EPS, SCALE, SP_THRESHOLD,
                                                                 BETA_SMALL, QM)

@@ -8,8 +8,8 @@ formulation (``naive.step_products``):
     S x = s_v * (C (f * x)) + Q^T (U' x) + sum_j ubuf_j w_j ((kbuf_j * D_j) . x),   x in {kn, qn}
 
 with ``C`` the int8 codes, ``f = s_k * exp(pcum_new) / 127`` and ``U' = U diag(exp(pcum_new))``.
-Every load is issued first and none waits for the fill count ``h`` (window rows at or past it are
-read and discarded by a select), so a program's bytes are in flight at once; the products run in
+Every load is issued first, the window's rows only below the fill count ``h`` (rows at or past it
+are not read), so a program's bytes are in flight at once; the products run in
 fp32 on the CUDA cores (the codes are exact in fp32, both products share one conversion): fp32
 accumulation over 128 terms keeps the error ~1e-6 of the criterion's magnitude ``M``, against the
 request's 1e-5 M.
@@ -25,9 +25,10 @@ Phases of a program (the names of ``naive.py`` where it has them):
 Bytes per program (the floor): checkpoint 19,456 (codes 16,384, s_k 512, s_v 512, u and q 2,048)
 + window 12,864 (kbuf, ubuf, gbuf 4,096 each, w 64, pcum 512) + token 1,030 (qx, kx, vx, a 256
 each, b 2, fill count 4) + writes 1,544 (o, k_row, u_row, g_row 256 each, pcum 512, one w word
-and the fill count, 4 each) = 34,894 B = 34.1 KiB. ``A_log`` and ``dt_bias`` (516 B per head)
-are shared by all sequences and come from L2. Rounding and the helpers both step kernels call:
-``tl_common.py``.
+and the fill count, 4 each) = 34,894 B = 34.1 KiB, the step request's bytes; the window rows at
+or past ``h`` are not read (23,374 B at ``h = 1``, 34,126 B at ``h = L - 1``). ``A_log`` and
+``dt_bias`` (516 B per head) are shared by all sequences and come from L2. Rounding and the
+helpers both step kernels call: ``tl_common.py``.
 
 Two forms, one kernel: functional (program ``(b, head)`` reads ``h`` from an int32 ``[B, H]``
 tensor and writes six fresh outputs) and pool (``IN_PLACE``: program ``(i, head)`` serves slot
@@ -99,28 +100,28 @@ def _step_kernel(
     kwin = prog * (NL * NK)
     vwin = prog * (NL * NV)
 
-    # every load first and none behind the fill count, so that the program's ~34 KB are in flight
-    # at once: window rows at or past h are read whole and discarded by a select (a pool's stale
-    # rows may hold anything, NaN included); only entry j + 1 past the window is masked
+    # every load first; the window's rows only below the fill count h (rows at or past it are
+    # not read, so a pool's stale rows may hold anything, NaN included), so that a program moves
+    # 23,374 B at h = 1 and 34,126 B at h = L - 1
+    h = tl.load(fill + prog)
+    h = tl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
+    live = j < h
     cb = tl.load(codes + slot * C_SLOT + head * C_HEAD + v[:, None] * NK + k[None, :])  # [V, K] int8
     s_kr = tl.load(s_k + slot * SK_SLOT + head * SK_HEAD + k)
     s_vr = tl.load(s_v + slot * SV_SLOT + head * SV_HEAD + v)
     uu = tl.load(u + slot * U_SLOT + head * U_HEAD + r[:, None] * U_ROW + k[None, :])  # [R, K] fp16
     qq = tl.load(q + slot * Q_SLOT + head * Q_HEAD + r[:, None] * Q_ROW + v[None, :])  # [R, V] fp16
-    keys = tl.load(kbuf + kwin + j[:, None] * NK + k[None, :])  # [L, K] bf16
-    g_after = tl.load(gbuf + kwin + (j[:, None] + 1) * NK + k[None, :], mask=(j[:, None] + 1) < NL, other=1.0)
-    vals = tl.load(ubuf + vwin + j[:, None] * NV + v[None, :])  # [L, V] bf16
+    keys = tl.load(kbuf + kwin + j[:, None] * NK + k[None, :], mask=live[:, None], other=0.0)  # [L, K] bf16
+    g_after = tl.load(gbuf + kwin + (j[:, None] + 1) * NK + k[None, :], mask=(j[:, None] + 1) < h, other=1.0)
+    vals = tl.load(ubuf + vwin + j[:, None] * NV + v[None, :], mask=live[:, None], other=0.0)  # [L, V] bf16
     w_all = tl.load(w + prog * NL + j)
     vt = tl.load(vx + tok * v_row + head * NV + v).to(tl.float32)
-    h = tl.load(fill + prog)
-    h = tl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
     kn, qn, kq, g, en, beta, pcum_n, pc, f, _, _ = token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_kr, tok, qk_row,
                                                               head, prog, k, NH, NK, NORM_EPS, SCALE, SP_THRESHOLD,
                                                               BETA_SMALL, QM)
 
     # the key side: the window's projections w_j (kbuf_j * D_j) . x [L] and the tokens' (U' x) [R]
     # for x = kn and qn, fp32 on the CUDA cores (naive.step_products)
-    live = j < h
     wl = tl.where(live, w_all, 0.0)
     kd = tl.where(live[:, None], keys.to(tl.float32), 0.0) * entry_decay(g_after, en, h, j) * wl[:, None]
     pk = tl.sum(kd * kn[None, :], axis=1)
