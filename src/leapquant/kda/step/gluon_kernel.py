@@ -18,7 +18,7 @@ few shuffles and few shared-memory rounds, and the codes products on the integer
   cross-warp sums, is one exchange for both;
 - the codes and the window's live rows (16 KiB, plus 768 B an entry below the fill count h) are
   copied into shared memory (cp.async, 16 bytes a thread) while the small loads and the token's
-  phase run, so no registers wait on them; at 80 registers a thread, 6 CTAs share an SM. Rows
+  phase run, so no registers wait on them; at 72 registers a thread, 7 CTAs share an SM. Rows
   at or past h are not read (eighteenth session: -12% at B=16, -5% at B=256, -1.4% at B=512 at
   fill count 1; even to +1.4% at a full window, where the copies' wait for h is all it changes).
 
@@ -51,11 +51,13 @@ from .tl_common import entry_decay, round_bf16, token_side, write_entry
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4
-# registers a thread may use: 80 lets 6 CTAs (24 warps) share an SM without spills in pool form
-# (8 B of stack in the functional form). H200, ninth session: -3% at B=512 and -2% at B=256
-# against 96 (5 CTAs), +2% at B=64; 72 (7 CTAs, one spilled word) -1% more at B=512 but +7% at
-# B=64. Before the integer tensor cores the fp32 codes needed 96 (sixth session: -6.7% against 128)
-MAX_REGISTERS = 80
+# registers a thread may use: 72 lets 7 CTAs (28 warps, 222 KB of shared memory) share an SM, no
+# spills in either form. H200, eighteenth session, the window read below the fill count only:
+# -2.7% at B=512 and -2.9% at B=256 against 80 (6 CTAs), +0.7% at B=64. Ninth session, every
+# window row read: 80 -3% at B=512 and -2% at B=256 against 96 (5 CTAs), +2% at B=64; 72 then
+# (one spilled word) -1% more at B=512 but +7% at B=64. Before the integer tensor cores the fp32
+# codes needed 96 (sixth session: -6.7% against 128)
+MAX_REGISTERS = 72
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))  # [L, N]: a column a thread
 TOK = gl.constexpr(gl.BlockedLayout([4, 1], [1, 32], [1, 4], [0, 1]))  # [R, N]: a column a thread
 KEYS = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [L, K]: 16 columns a thread
