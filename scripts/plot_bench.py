@@ -38,7 +38,11 @@ def main(dst: str, *srcs: str) -> None:
         steps = _step_rows(data)
         if steps:
             SB = [r["batch_size"] for r in steps]
-            ax_step.plot(SB, [r["step"]["median_ms"] for r in steps], "o-", label=f"leapquant step_inplace ({kernel})")
+            ax_step.plot(SB, [r["step"]["median_ms"] for r in steps], "o-",
+                         label=f"leapquant step_inplace, fill count 1 ({kernel})")
+            if all("step_full_window" in r for r in steps):  # bench runs from 2026-12-04 on
+                ax_step.plot(SB, [r["step_full_window"]["median_ms"] for r in steps], "o:",
+                             label=f"leapquant step_inplace, full window ({kernel})")
             ax_step.plot(SB, [r["step"]["median_ms"] + r["flush_1_in_16"]["median_ms"] for r in steps], "^-.",
                          label=f"decode layer: step + flush 1 in 16 due ({kernel})")
     # the floors, the reference, fla and the title's environment from the first JSON (the run the
