@@ -43,6 +43,29 @@ def functional(family: str, B: int, device, run, seed: int = 11) -> dict:
             "inputs_unchanged": all(same_bits(x[n], copies[n]) for n in x)}
 
 
+def dead_rows_unread(device, run, family: str = "random", seed: int = 13) -> dict:
+    """The functional step, ``run(x, outs)`` as in ``functional``, on one sequence whose heads sit
+    at every fill count (head i at i mod (L + 1); L reads as 0), once as made and once with every
+    kbuf, ubuf and gbuf row at or past the fill count, and gbuf's row 0 (no decay needs it), set to
+    NaN: the outputs must be bit-identical and finite. The kernels keep no select over kbuf and
+    ubuf rows, so a NaN row read there reaches the output; gbuf's rows past the fill count become
+    ones in ``entry_decay``, so for gbuf this shows only that none leaks."""
+    x = step_inputs.make(family, 1, device, seed)
+    x["h"] = (torch.arange(H, device=device) % (L + 1)).to(torch.int32)[None, :]
+    h = torch.where(x["h"] >= L, 0, x["h"])
+    dead = torch.arange(L, device=device) >= h[..., None]  # [1, H, L]
+    poisoned = dict(x)
+    for name in ("kbuf", "ubuf", "gbuf"):
+        poisoned[name] = x[name].clone()
+        poisoned[name][dead] = float("nan")
+    poisoned["gbuf"][:, :, 0] = float("nan")
+    clean, dirty = poisoned_outputs(x), poisoned_outputs(x)
+    run(x, clean)
+    run(poisoned, dirty)
+    return {"same": all(same_bits(a, b) for a, b in zip(clean, dirty)),
+            "finite": all(bool(torch.isfinite(t.float()).all()) for t in clean)}
+
+
 def kernel_functional(x: dict, outs, kernel: str = "triton") -> None:
     """The step of ``x`` by the kernel named ``kernel`` (``"triton"`` or ``"gluon"``), functional form."""
     from leapquant.kda.kernel import launch_step

@@ -29,3 +29,10 @@ def test_unwritable_json_path_fails_before_the_work(main, capsys, tmp_path, monk
         main(["--device", "cpu", "--json", str(tmp_path / "missing" / "x.json")])
     assert stop.value.code == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fill", [-1, 16])
+def test_time_step_refuses_a_fill_count_outside_the_window(fill):
+    # fill counts 0 .. L - 1 only (a negative one would append before the program's window)
+    with pytest.raises(ValueError, match="fill count"):
+        bench.time_step(1, "cpu", fill=fill)

@@ -29,6 +29,15 @@ def test_kernel_meets_criterion(family, B, kernel):
     assert v["ok"] and v["worst"] <= 1.0 and v["inputs_unchanged"], v
 
 
+@pytest.mark.parametrize("kernel", ["gluon", "triton"])
+def test_kernel_reads_no_window_row_past_the_fill_count(kernel):
+    # NaN in every kbuf / ubuf / gbuf row at or past h (every h from 0 to L): the same bits out
+    if kernel not in _kernels():
+        pytest.skip(f"the {kernel} step kernel does not run here")
+    v = step_checks.dead_rows_unread("cuda", lambda x, outs: step_checks.kernel_functional(x, outs, kernel))
+    assert v["same"] and v["finite"], v
+
+
 @pytest.mark.parametrize("family", ["random", "next_step"])
 def test_kernels_agree(family):
     # the Gluon and the portable kernel: the same formulation, so the same outputs up to the order

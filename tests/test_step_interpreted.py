@@ -35,6 +35,13 @@ def test_interpreted_step_pool_form(verdicts, family):
 
 
 @pytest.mark.interpreter
+def test_interpreted_step_reads_no_window_row_past_the_fill_count(verdicts):
+    # NaN in every kbuf / ubuf / gbuf row at or past h (every h from 0 to L): the same bits out
+    v = verdicts["dead_rows"]
+    assert v["same"] and v["finite"], v
+
+
+@pytest.mark.interpreter
 def test_interpreted_beta_is_correctly_rounded_for_every_bf16_input(verdicts):
     # sigmoid(b) for small bf16 b sits within a fraction of an fp32 ulp of a bf16 midpoint
     assert verdicts["beta_disagreements"] == 0

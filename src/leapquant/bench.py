@@ -12,10 +12,10 @@ PyTorch profiler (copies and fills excluded by name), 4 warm-up and 16 timed cal
 8 disjoint slot sets flushed in rotation. The gate history a flush resets (w, gbuf, pcum) is
 restored four calls ahead of the set's next flush, outside the timed kernel. The step: the same
 profiler timing with the step request's 6 warm-up and 32 timed calls, every sequence decoding at
-fill count 1 (the request's harness) and again at a full window (fill count L - 1, every window
-row live), 8 slot sets in rotation; its floor is 34.9 KB a program (the request's bytes, every
-window row) over the same bandwidth. A kernel that reads only the live rows moves fewer bytes at
-fill count 1; the full-window figure is the one on the floor's bytes.
+fill count 1 (the request's harness) and again at a full window (fill count L - 1: the most live
+entries a step reads), 8 slot sets in rotation; its floor is 34.9 KB a program (the request's
+bytes, every window row) over the same bandwidth. The kernels read only the live rows: 23.1 KB a
+program at fill count 1, 33.9 KB at a full window, the one nearest the floor's bytes.
 """
 
 from __future__ import annotations
@@ -147,7 +147,9 @@ def time_step(B: int, device, before=None, fill: int = STEP_FILL) -> dict:
     decoding at fill count ``fill`` (0 .. L - 1 live window entries before the token; default 1,
     as the request's benchmark), L2-cold over ``SETS`` slot sets. ``before(i)``, if given, runs
     before call i (other kernels between the steps: what an engine runs there;
-    scripts/experiments/time_code_warm.py)."""
+    scripts/experiments/time_code_warm.py). Raises ValueError for a fill count outside 0 .. L - 1."""
+    if not 0 <= fill < L:
+        raise ValueError(f"fill count {fill} outside 0 .. {L - 1}")
     pool = Pool(SETS * B + 1, device)
     sets = [torch.arange(1 + s * B, 1 + (s + 1) * B, dtype=torch.int32, device=device) for s in range(SETS)]
     for s, slots in enumerate(sets):
@@ -325,7 +327,7 @@ def _report(args, device) -> tuple[int, dict]:
              "decode layer = step + flush with 1 in 16 due, per token" if timing else ""))
     headers = ["B", *step_inputs.FAMILIES, "verdict"]
     if timing:
-        headers += ["step ms", "floor ms", "x floor", "full ms", "x floor", "fla ms", "layer ms", "fla / layer",
+        headers += ["step ms", "floor ms", "x floor", "full ms", "full x floor", "fla ms", "layer ms", "fla / layer",
                     "full layer", "fla / full"]
     out = []
     for row in step_rows:

@@ -16,7 +16,7 @@ few shuffles and few shared-memory rounds, and the codes products on the integer
   columns a thread;
 - kn and qn travel as pairs (``_pair_to``): each of their layout changes, and the tokens'
   cross-warp sums, is one exchange for both;
-- the codes and the window's live rows (16 KiB, plus 768 B an entry below the fill count h) are
+- the codes and the window's live rows (16 KiB, plus 768 h - 256 B below the fill count h) are
   copied into shared memory (cp.async, 16 bytes a thread) while the small loads and the token's
   phase run, so no registers wait on them; at 72 registers a thread, 7 CTAs share an SM. Rows
   at or past h are not read (eighteenth session: -12% at B=16, -5% at B=256, -1.4% at B=512 at
@@ -53,7 +53,7 @@ VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4
 # registers a thread may use: 72 lets 7 CTAs (28 warps, 222 KB of shared memory) share an SM, no
 # spills in either form. H200, eighteenth session, the window read below the fill count only:
-# -2.7% at B=512 and -2.9% at B=256 against 80 (6 CTAs), +0.7% at B=64. Ninth session, every
+# -2.7% at B=512 and -2.9% at B=256 against 80 (6 CTAs), +0.9% at B=64. Ninth session, every
 # window row read: 80 -3% at B=512 and -2% at B=256 against 96 (5 CTAs), +2% at B=64; 72 then
 # (one spilled word) -1% more at B=512 but +7% at B=64. Before the integer tensor cores the fp32
 # codes needed 96 (sixth session: -6.7% against 128)
@@ -187,8 +187,8 @@ def _step_kernel(
     vwin = prog * (NL * NV)
 
     # the codes' copy first, then the window's rows below the fill count h only (masked copies
-    # zero-fill and read nothing): a program moves 34,126 B at h = L - 1 and 23,374 B at h = 1
-    # (every row, 34,894 B, before the eighteenth session).
+    # zero-fill and read nothing): a program moves 33,870 B at h = L - 1 and 23,118 B at h = 1
+    # (34,638 B at every h before the eighteenth session: every row but gbuf's first).
     # The window's copies wait for h's load (ptxas also places that wait after the first of the
     # codes' eight copies a thread)
     jw = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))  # rows in reversed entry order

@@ -26,7 +26,8 @@ Bytes per program (the floor): checkpoint 19,456 (codes 16,384, s_k 512, s_v 512
 + window 12,864 (kbuf, ubuf, gbuf 4,096 each, w 64, pcum 512) + token 1,030 (qx, kx, vx, a 256
 each, b 2, fill count 4) + writes 1,544 (o, k_row, u_row, g_row 256 each, pcum 512, one w word
 and the fill count, 4 each) = 34,894 B = 34.1 KiB, the step request's bytes; the window rows at
-or past ``h`` are not read (23,374 B at ``h = 1``, 34,126 B at ``h = L - 1``). ``A_log`` and
+or past ``h`` (and gbuf's row 0, which no decay needs) are not read: 23,118 B at ``h = 1``, 33,870 B
+at ``h = L - 1``. ``A_log`` and
 ``dt_bias`` (516 B per head) are shared by all sequences and come from L2. Rounding and the
 helpers both step kernels call: ``tl_common.py``.
 
@@ -102,7 +103,7 @@ def _step_kernel(
 
     # every load first; the window's rows only below the fill count h (rows at or past it are
     # not read, so a pool's stale rows may hold anything, NaN included), so that a program moves
-    # 23,374 B at h = 1 and 34,126 B at h = L - 1
+    # 23,118 B at h = 1 and 33,870 B at h = L - 1
     h = tl.load(fill + prog)
     h = tl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
     live = j < h
