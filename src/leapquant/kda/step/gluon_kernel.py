@@ -232,7 +232,9 @@ def _step_kernel(
     # thread) and the tokens' (U' x) [R] (summed across the CTA), x = kn and qn
     live = jw < h
     wl = gl.where(live, w_all, 0.0)
-    kd = gl.where(live[:, None], keys.to(gl.float32), 0.0) * entry_decay(g_after, en, h, jw) * wl[:, None]
+    # no select on the keys or values: their rows at or past h are zero-filled copies, so that a
+    # row copied there by mistake reaches the output (the tests put NaN in those rows)
+    kd = keys.to(gl.float32) * entry_decay(g_after, en, h, jw) * wl[:, None]
     kd = gl.convert_layout(kd, KEYS)
     # the exchanges in pairs (kn with qn): one round of shared memory each
     kn_keys, qn_keys = _pair_to(kn, qn, gl.SliceLayout(0, KEYS), PAIR_KEY_COLS)
@@ -245,7 +247,7 @@ def _step_kernel(
 
     # the value side: S x = s_v * (C (f * x)) + ubuf^T (projections) + Q^T (U' x), f = s_k pc / 127
     ck, cq = _codes_products(codes_s, digits_s, f * kn, f * qn, mk, mq, MAGIC, NV, NK)
-    vl = gl.where(live[:, None], vals.to(gl.float32), 0.0)
+    vl = vals.to(gl.float32)
     qf = qq.to(gl.float32)
     tk = gl.convert_layout(tk, gl.SliceLayout(1, TOK))
     tq = gl.convert_layout(tq, gl.SliceLayout(1, TOK))

@@ -124,7 +124,8 @@ def _step_kernel(
     # the key side: the window's projections w_j (kbuf_j * D_j) . x [L] and the tokens' (U' x) [R]
     # for x = kn and qn, fp32 on the CUDA cores (naive.step_products)
     wl = tl.where(live, w_all, 0.0)
-    kd = tl.where(live[:, None], keys.to(tl.float32), 0.0) * entry_decay(g_after, en, h, j) * wl[:, None]
+    # no select on the keys or values: their rows at or past h are not loaded (other=0)
+    kd = keys.to(tl.float32) * entry_decay(g_after, en, h, j) * wl[:, None]
     pk = tl.sum(kd * kn[None, :], axis=1)
     pq = tl.sum(kd * qn[None, :], axis=1)
     up = uu.to(tl.float32) * pc[None, :]
@@ -134,7 +135,7 @@ def _step_kernel(
     # the value side: S x = s_v * (C (f * x)) + ubuf^T (projections) + Q^T (U' x), f = s_k pc / 127;
     # the codes are exact in fp32 and both products share one conversion
     cf = _codes_fp32(cb, MAGIC, MAGIC_BITS)
-    vl = tl.where(live[:, None], vals.to(tl.float32), 0.0)
+    vl = vals.to(tl.float32)
     qf = qq.to(tl.float32)
     Skn = tl.sum(cf * (f * kn)[None, :], axis=1) * s_vr + tl.sum(vl * pk[:, None], axis=0) + tl.sum(qf * tk[:, None], axis=0)
     Sqn = tl.sum(cf * (f * qn)[None, :], axis=1) * s_vr + tl.sum(vl * pq[:, None], axis=0) + tl.sum(qf * tq[:, None], axis=0)
