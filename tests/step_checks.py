@@ -43,27 +43,30 @@ def functional(family: str, B: int, device, run, seed: int = 11) -> dict:
             "inputs_unchanged": all(same_bits(x[n], copies[n]) for n in x)}
 
 
-def dead_rows_unread(device, run, family: str = "random", seed: int = 13) -> dict:
+def dead_rows_unused(device, run, family: str = "random", seed: int = 13) -> dict:
     """The functional step, ``run(x, outs)`` as in ``functional``, on one sequence whose heads sit
-    at every fill count (head i at i mod (L + 1); L reads as 0), once as made and once with every
-    kbuf, ubuf and gbuf row at or past the fill count, and gbuf's row 0 (no decay needs it), set to
-    NaN: the outputs must be bit-identical and finite. The kernels keep no select over kbuf and
-    ubuf rows, so a NaN row read there reaches the output; gbuf's rows past the fill count become
-    ones in ``entry_decay``, so for gbuf this shows only that none leaks."""
+    at every fill count (head i at i mod (L + 1); L reads as 0), once as made and once with NaN in
+    every kbuf, ubuf, gbuf and w row at or past the fill count: the outputs must be bit-identical
+    (``w_new`` on its rows up to h; past h it carries the input's w) and finite. The kernels keep
+    no select over kbuf and ubuf rows, so one of those rows read by mistake reaches the outputs
+    and fails this; a gbuf row read past h does not (``entry_decay`` turns those rows into ones),
+    nor does any read whose value a select discards: this pins what reaches the outputs, not what
+    is read."""
     x = step_inputs.make(family, 1, device, seed)
     x["h"] = (torch.arange(H, device=device) % (L + 1)).to(torch.int32)[None, :]
     h = torch.where(x["h"] >= L, 0, x["h"])
     dead = torch.arange(L, device=device) >= h[..., None]  # [1, H, L]
     poisoned = dict(x)
-    for name in ("kbuf", "ubuf", "gbuf"):
+    for name in ("kbuf", "ubuf", "gbuf", "w"):
         poisoned[name] = x[name].clone()
         poisoned[name][dead] = float("nan")
-    poisoned["gbuf"][:, :, 0] = float("nan")
     clean, dirty = poisoned_outputs(x), poisoned_outputs(x)
     run(x, clean)
     run(poisoned, dirty)
-    return {"same": all(same_bits(a, b) for a, b in zip(clean, dirty)),
-            "finite": all(bool(torch.isfinite(t.float()).all()) for t in clean)}
+    upto_h = torch.arange(L, device=device) <= h[..., None]  # w_new's rows that the step sets or keeps
+    same = all(same_bits(a, b) for k, (a, b) in enumerate(zip(clean, dirty)) if k != 4)
+    same &= same_bits(clean[4][upto_h], dirty[4][upto_h])
+    return {"same": same, "finite": all(bool(torch.isfinite(t.float()).all()) for t in clean)}
 
 
 def kernel_functional(x: dict, outs, kernel: str = "triton") -> None:

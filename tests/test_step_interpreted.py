@@ -35,8 +35,9 @@ def test_interpreted_step_pool_form(verdicts, family):
 
 
 @pytest.mark.interpreter
-def test_interpreted_step_reads_no_window_row_past_the_fill_count(verdicts):
-    # NaN in every kbuf / ubuf / gbuf row at or past h (every h from 0 to L): the same bits out
+def test_interpreted_step_dead_window_rows_do_not_reach_the_outputs(verdicts):
+    # NaN in every kbuf / ubuf / gbuf / w row at or past h (every h from 0 to L): the same bits
+    # out; a kbuf or ubuf row read there would fail it (step_checks.dead_rows_unused)
     v = verdicts["dead_rows"]
     assert v["same"] and v["finite"], v
 

@@ -16,9 +16,9 @@ few shuffles and few shared-memory rounds, and the codes products on the integer
   columns a thread;
 - kn and qn travel as pairs (``_pair_to``): each of their layout changes, and the tokens'
   cross-warp sums, is one exchange for both;
-- the codes and the window's live rows (16 KiB, plus 768 h - 256 B below the fill count h) are
-  copied into shared memory (cp.async, 16 bytes a thread) while the small loads and the token's
-  phase run, so no registers wait on them; at 72 registers a thread, 7 CTAs share an SM. Rows
+- the codes and the window's live rows (16 KiB, plus 768 h - 256 B below a fill count h >= 1)
+  are copied into shared memory (cp.async, 16 bytes a thread) while the small loads and the
+  token's phase run, so no registers wait on them; at 72 registers a thread, 7 CTAs share an SM. Rows
   at or past h are not read (eighteenth session: -12% at B=16, -5% at B=256, -1.4% at B=512 at
   fill count 1; even to +1.4% at a full window, where the copies' wait for h is all it changes).
 
@@ -27,6 +27,8 @@ cores took 3% off at B >= 256 (21% fewer SASS instructions, 22% fewer executed: 
 issue slots, each program being a chain of loads, reductions and exchanges), 6 CTAs an SM another
 2-3%, and one cross-warp reduction for the token's sums and the digits' scale (``token_side``)
 6-8% more: 0.0792 / 0.1493 ms at B = 256 / 512, 1.17x / 1.10x the step issue's memory floor.
+Eighteenth session (the window below the fill count, 7 CTAs an SM): 0.0749 / 0.1438 ms at fill
+count 1, 1.10x / 1.06x the floor at that run's 4.21 TB/s; TileLang's step 0.0783 / 0.1479.
 The eight digits carry 55 bits below the largest element of f x: fp32 precision for every element
 within 2^31 of it (``emulation.py``; NOTES.md, "The digits' range"; six digits before the tenth
 session, as fast on the H200). NOTES.md lists what was tried.
