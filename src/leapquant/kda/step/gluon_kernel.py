@@ -18,9 +18,10 @@ few shuffles and few shared-memory rounds, and the codes products on the integer
   cross-warp sums, is one exchange for both;
 - the codes and the window's live rows (16 KiB, plus 768 h - 256 B below a fill count h >= 1)
   are copied into shared memory (cp.async, 16 bytes a thread) while the small loads and the
-  token's phase run, so no registers wait on them; at 72 registers a thread, 7 CTAs share an SM. Rows
-  at or past h are not read (eighteenth session: -12% at B=16, -5% at B=256, -1.4% at B=512 at
-  fill count 1; even to +1.4% at a full window, where the copies' wait for h is all it changes).
+  token's phase run, so no registers wait on them; at 72 registers a thread, 7 CTAs share an
+  SM. Rows at or past h are not read (eighteenth session: -12% at B=16, -5% at B=256, -1.4% at
+  B=512 at fill count 1; even to +1.4% at a full window, where the copies' wait for h is all it
+  changes).
 
 Measured on the H200 (BENCHMARKS.md, ninth session, A/B runs in one process): the integer tensor
 cores took 3% off at B >= 256 (21% fewer SASS instructions, 22% fewer executed: most became idle

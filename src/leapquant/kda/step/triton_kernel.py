@@ -9,10 +9,9 @@ formulation (``naive.step_products``):
 
 with ``C`` the int8 codes, ``f = s_k * exp(pcum_new) / 127`` and ``U' = U diag(exp(pcum_new))``.
 Every load is issued first, the window's rows only below the fill count ``h`` (rows at or past it
-are not read), so a program's bytes are in flight at once; the products run in
-fp32 on the CUDA cores (the codes are exact in fp32, both products share one conversion): fp32
-accumulation over 128 terms keeps the error ~1e-6 of the criterion's magnitude ``M``, against the
-request's 1e-5 M.
+are not read), so a program's bytes are in flight at once; the products run in fp32 on the CUDA
+cores (the codes are exact in fp32, both products share one conversion): fp32 accumulation over
+128 terms keeps the error ~1e-6 of the criterion's magnitude ``M``, against the request's 1e-5 M.
 
 Phases of a program (the names of ``naive.py`` where it has them):
 1. ``token_side``: this token's normalised ``kn``, ``qn``, its gate ``g``, ``en``, ``pcum_new``,
@@ -26,10 +25,9 @@ Bytes per program (the floor): checkpoint 19,456 (codes 16,384, s_k 512, s_v 512
 + window 12,864 (kbuf, ubuf, gbuf 4,096 each, w 64, pcum 512) + token 1,030 (qx, kx, vx, a 256
 each, b 2, fill count 4) + writes 1,544 (o, k_row, u_row, g_row 256 each, pcum 512, one w word
 and the fill count, 4 each) = 34,894 B = 34.1 KiB, the step request's bytes; the window rows at
-or past ``h`` (and gbuf's row 0, which no decay needs) are not read: 23,118 B at ``h = 1``, 33,870 B
-at ``h = L - 1``. ``A_log`` and
-``dt_bias`` (516 B per head) are shared by all sequences and come from L2. Rounding and the
-helpers both step kernels call: ``tl_common.py``.
+or past ``h`` (and gbuf's row 0, which no decay needs) are not read: 23,118 B at ``h = 1``,
+33,870 B at ``h = L - 1``. ``A_log`` and ``dt_bias`` (516 B per head) are shared by all sequences
+and come from L2. Rounding and the helpers both step kernels call: ``tl_common.py``.
 
 Two forms, one kernel: functional (program ``(b, head)`` reads ``h`` from an int32 ``[B, H]``
 tensor and writes six fresh outputs) and pool (``IN_PLACE``: program ``(i, head)`` serves slot
