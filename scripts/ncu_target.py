@@ -9,6 +9,9 @@ import sys
 
 import torch
 
+if any(a in ("-h", "--help") for a in sys.argv[1:]):
+    print(__doc__)
+    sys.exit(0)
 B = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 op = sys.argv[2] if len(sys.argv) > 2 else "flush"
 if op == "step":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B of kernel versions in one device call (NOTES items 43-57), the flush's and the step's figures. Each version's package is a copy
+# A/B of kernel versions in one device call, the flush's and the step's figures. Each version's package is a copy
 # of src/leapquant at ab/<name>/leapquant, a git-ignored folder in the checkout: name `ab` in the
 # device call's carry so that it travels. Run from the repository root:
 #   bash scripts/experiments/ab.sh BASE CANDIDATE [CANDIDATE ...]
@@ -12,6 +12,7 @@
 # folder is missing or BASE's outputs cannot be saved; read the compare lines and test counts above
 # the table for the rest.
 set -u
+case "${1:-}" in ""|-h|--help) sed -n "2,13p" "$0" | sed "s/^# \{0,1\}//"; exit 0 ;; esac
 cd "$(dirname "$0")/../.."  # the repository root
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}

@@ -22,7 +22,7 @@ B slots before each call.
 
 warm - cold bounds what a smaller program (less hot code) could win at that batch size;
 warm_l2 says whether the warm call's gain lives in L2 (code fetched from HBM when cold) or in
-the SMs' instruction caches (NOTES.md, "Instruction fetch at small batches").
+the SMs' instruction caches (docs/design.md, "What bounds the kernels").
 
     python scripts/experiments/time_code_warm.py [--due F] [--modes M,M] [B ...]   (default: all due, every mode, B = 16 32 64)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A lean A/B of flush versions (ab/<name>/leapquant, as for ab.sh; scripts/experiments/make_ab.sh
-# builds them from patches) when device time is short: each candidate's outputs bit for bit
+# A lean A/B of flush versions (ab/<name>/leapquant, as for ab.sh; CONTRIBUTING.md says how to
+# build them from commits) when device time is short: each candidate's outputs bit for bit
 # against BASE's (scripts/compare_outputs.py, B=512), then the bench's pool timing (all due,
 # L2-cold) at B=512 (FLUSH_B: comma-separated batch sizes instead; STEADY=1: also 1 in 16 due
 # at B=256; NOTHING=1: also nothing due at B=512), the versions interleaved twice, one process
@@ -8,6 +8,7 @@
 # step's outputs are not compared).
 #   [STEP=1] bash scripts/experiments/time_flush_ab.sh BASE CANDIDATE [CANDIDATE ...]
 set -u
+case "${1:-}" in ""|-h|--help) sed -n "2,9p" "$0" | sed "s/^# \{0,1\}//"; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"

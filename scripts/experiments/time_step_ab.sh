@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for decode-step candidates ab/NAME... (scripts/experiments/make_ab.sh) against
+# One device call for decode-step candidates ab/NAME... (built as CONTRIBUTING.md says) against
 # ab/main: each candidate's outputs against main's bit for bit (compare_step_outputs.py at
 # STEP_CMP_B, default 64: the functional form and pool calls at every fill count), then the bench's
 # time_step (pool form, L2-cold) at B = STEP_B (default 16,64,256,512) and fill counts STEP_FILLS
@@ -8,6 +8,7 @@
 # main's).
 #   [STEP_B=16,512] [STEP_FILLS=1,8,15] bash scripts/experiments/time_step_ab.sh NAME [NAME ...]
 set -u
+case "${1:-}" in ""|-h|--help) sed -n "2,9p" "$0" | sed "s/^# \{0,1\}//"; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
