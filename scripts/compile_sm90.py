@@ -1,7 +1,8 @@
 """Compile a flush kernel for sm_90a without a GPU (Triton's bundled ptxas) and report
 registers, spills and shared memory; optionally dump TTGIR/PTX/SASS to a folder.
 
-    python scripts/compile_sm90.py [--gluon | --step] [--num-warps 8] [--in-place] [--dump DIR] [--barriers]
+    python scripts/compile_sm90.py [--gluon | --step] [--num-warps 8] [--in-place [--layout packed|request]]
+                                   [--heads 32] [--ctas-per-sm 2] [--dump DIR] [--barriers]
 
 --num-warps: the portable flush kernel's warps (the Gluon kernels use their own NUM_WARPS).
 
@@ -10,8 +11,9 @@ line table): the explicit ones and those Triton adds for layout changes, cross-w
 and shared-memory hazards (its analysis works on whole buffers, so a second store into another
 slice of a buffer just written gets one).
 
---gluon compiles the Gluon kernel (needs a triton in flush_gluon.VERIFIED_TRITON, e.g. the
-`dev` extra's triton 3.6.0); without it, the portable Triton kernel.
+--gluon compiles the Gluon kernel (needs a triton in launch.GLUON_COMPILES_WITH, e.g. the `dev`
+extra's triton 3.6.0, the release of launch.GLUON_VERIFIED_TRITON it was run with); without it,
+the portable Triton kernel.
 """
 
 import argparse
@@ -24,8 +26,9 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from leapquant.kda.flush import triton_kernel as flush
-from leapquant.kda.geometry import HEAD_WORDS, SLOT_WORDS, H, K, R, V
-from leapquant.kda.launch import STEP_CONSTANTS
+from leapquant.kda.geometry import H, K, R, V
+from leapquant.kda.launch import GLUON_COMPILES_WITH, STEP_CONSTANTS, checkpoint_strides
+from leapquant.kda.pool import Pool
 
 POINTERS = {
     "codes_in": "*i8", "sk_in": "*fp32", "sv_in": "*fp32", "u_in": "*fp16", "q_in": "*fp16",
@@ -38,21 +41,25 @@ NUM_STAGES = int(os.environ.get("NUM_STAGES", "1"))
 H200_SMS = 132  # the persistent grid's size on the target
 DENSE_STRIDES = dict(C_SLOT=H * V * K, C_HEAD=V * K, SK_SLOT=H * K, SK_HEAD=K, SV_SLOT=H * V, SV_HEAD=V,
                      U_SLOT=H * R * K, U_HEAD=R * K, U_ROW=K, Q_SLOT=H * R * V, Q_HEAD=R * V, Q_ROW=V)
-# the pool's element strides (codes int8, s_k / s_v fp32, u / q fp16 views of one raw buffer)
-POOL_STRIDES = dict(C_SLOT=SLOT_WORDS * 4, C_HEAD=HEAD_WORDS * 4, SK_SLOT=SLOT_WORDS, SK_HEAD=HEAD_WORDS,
-                    SV_SLOT=SLOT_WORDS, SV_HEAD=HEAD_WORDS, U_SLOT=SLOT_WORDS * 2, U_HEAD=HEAD_WORDS * 2,
-                    U_ROW=K + V, Q_SLOT=SLOT_WORDS * 2, Q_HEAD=HEAD_WORDS * 2, Q_ROW=K + V)
 
 
-def strides(in_place: bool) -> dict:
-    """The checkpoint strides a launch passes: the pool's views in pool form, dense tensors otherwise."""
-    return POOL_STRIDES if in_place else DENSE_STRIDES
+def pool_strides(layout: str = "packed", heads: int = H) -> dict:
+    """The checkpoint strides of a pool's views (codes int8, s_k / s_v fp32, u / q fp16 views of
+    one raw buffer) in ``layout`` at ``heads`` heads, and its head count ``NH``."""
+    return {**checkpoint_strides(*Pool(2, "cpu", heads=heads, layout=layout).checkpoint), "NH": heads}
 
 
-def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None, module=flush):
+def strides(in_place: bool, layout: str = "packed", heads: int = H) -> dict:
+    """The checkpoint strides a launch passes (and ``NH``): a pool's views in pool form
+    (``layout``, ``heads``), dense tensors of 32 heads otherwise."""
+    return pool_strides(layout, heads) if in_place else {**DENSE_STRIDES, "NH": H}
+
+
+def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None, module=flush, layout: str = "packed",
+                   heads: int = H):
     params = [p.name for p in module._flush_kernel.params]
-    consts = {**strides(in_place), "IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": False, "CTAS": H200_SMS, "PARTS": module.SUBSPACE_SPLIT, **module._CONSTANTS,
-              **(extra or {})}
+    consts = {"IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": False, "CTAS": H200_SMS,
+              "PARTS": module.SUBSPACE_SPLIT, **module._CONSTANTS, **strides(in_place, layout, heads), **(extra or {})}
     sig = {}
     for name in params:
         sig[name] = POINTERS.get(name, "constexpr")
@@ -67,13 +74,13 @@ STEP_POINTERS = {
     "kbuf": "*bf16", "ubuf": "*bf16", "gbuf": "*fp16", "w": "*fp32", "pcum": "*fp32", "fill": "*i32",
     "qx": "*bf16", "kx": "*bf16", "vx": "*bf16", "a": "*bf16", "b": "*bf16", "A_log": "*fp32", "dt_bias": "*fp32",
     "o": "*bf16", "k_row": "*bf16", "u_row": "*bf16", "g_row": "*fp16", "w_new": "*fp32", "pcum_new": "*fp32",
-    "idx": "*i32", "qk_row": "i32", "v_row": "i32", "num_programs": "i32", "ctas": "i32",
+    "idx": "*i32", "errors": "*i32", "qk_row": "i32", "v_row": "i32", "num_programs": "i32", "ctas": "i32",
 }
 
 
-def compile_step(in_place: bool, gluon: bool = False):
-    """A decode-step kernel (the portable one, or the Gluon one) compiled for sm_90a (pool strides
-    in pool form)."""
+def compile_step(in_place: bool, gluon: bool = False, layout: str = "packed", heads: int = H):
+    """A decode-step kernel (the portable one, or the Gluon one) compiled for sm_90a (in pool form
+    the strides of a pool of ``layout`` and ``heads``, the full-window guard in the packed one)."""
     if gluon:
         from triton.experimental.gluon._runtime import GluonASTSource as Source
 
@@ -84,7 +91,8 @@ def compile_step(in_place: bool, gluon: bool = False):
 
     fn = st._step_kernel
     params = [p.name for p in fn.params]
-    consts = {**strides(in_place), "IN_PLACE": in_place, **STEP_CONSTANTS}
+    consts = {**STEP_CONSTANTS, **strides(in_place, layout, heads), "IN_PLACE": in_place,
+              "GUARD_FULL": in_place and layout == "packed"}
     sig = {name: STEP_POINTERS.get(name, "constexpr") for name in params}
     # the pointers the runtime specialises on are 16-byte aligned (the pool's views and dense tensors)
     unspecialised = set(fn.do_not_specialize) | {"qk_row", "v_row", "num_programs", "ctas"}
@@ -95,26 +103,29 @@ def compile_step(in_place: bool, gluon: bool = False):
 
 
 def require_verified_gluon() -> None:
-    """Exit with a message, before compiling anything, unless this triton is one the Gluon kernel
-    was verified with (Gluon's API changes between releases; another one fails deep inside it)."""
+    """Exit with a message, before compiling anything, unless this triton is one the Gluon kernels
+    are checked to compile with (``launch.GLUON_COMPILES_WITH``: Gluon's API changes between
+    releases; another one fails deep inside it)."""
     try:
-        from leapquant.kda.flush import gluon_kernel as fg
+        from leapquant.kda.flush import gluon_kernel as fg  # noqa: F401
     except Exception as e:  # a triton without Gluon, or whose Gluon API the module does not fit
         raise SystemExit(f"--gluon: the Gluon kernel does not import under triton {triton.__version__} ({e}); "
                          "install the dev extra: pip install -e '.[dev]'")
-    if triton.__version__ not in fg.VERIFIED_TRITON:
-        raise SystemExit(f"--gluon needs triton {' or '.join(fg.VERIFIED_TRITON)} (have {triton.__version__}); "
+    if triton.__version__ not in GLUON_COMPILES_WITH:
+        raise SystemExit(f"--gluon needs triton {' or '.join(GLUON_COMPILES_WITH)} (have {triton.__version__}); "
                          "install the dev extra: pip install -e '.[dev]'")
 
 
-def compile_gluon(in_place: bool, tile: int | None = None):
+def compile_gluon(in_place: bool, tile: int | None = None, layout: str = "packed", heads: int = H,
+                  ctas_per_sm: int | None = None):
     """The Gluon kernel compiled for sm_90a (raises where this triton's Gluon API differs): the
-    pool form with the pool's strides and the flag-scan tile ``tile`` (default the largest; a pool
-    call's is ``launch.flag_tile`` of its candidates), or the functional form."""
+    pool form with the strides of a pool of ``layout`` and ``heads`` and the flag-scan tile
+    ``tile`` (default the largest; a pool call's is ``launch.flag_tile`` of its candidates), or the
+    functional form; a grid of ``ctas_per_sm`` CTAs an SM (default the kernel's own)."""
     from leapquant.kda.flush import gluon_kernel as fg
 
-    consts = {**strides(in_place), "IN_PLACE": in_place, "TILE": tile or fg.FLAG_TILE,
-              "CTAS": H200_SMS * fg.CTAS_PER_SM, **fg._CONSTANTS}
+    consts = {"IN_PLACE": in_place, "TILE": tile or fg.FLAG_TILE, "CTAS": H200_SMS * (ctas_per_sm or fg.CTAS_PER_SM),
+              **fg._CONSTANTS, **strides(in_place, layout, heads)}
     return compile_gluon_kernel(fg._flush_kernel, consts)
 
 
@@ -194,15 +205,19 @@ def main():
     ap.add_argument("--gluon", action="store_true", help="the Gluon kernel instead of the portable one")
     ap.add_argument("--step", action="store_true", help="a decode-step kernel instead of a flush kernel (with --gluon: the Gluon one)")
     ap.add_argument("--barriers", action="store_true", help="also list the barriers by source line")
+    ap.add_argument("--layout", choices=("packed", "request"), default="packed", help="the pool form's layout")
+    ap.add_argument("--heads", type=int, default=H, help="the pool form's head count")
+    ap.add_argument("--ctas-per-sm", type=int, default=0, help="the Gluon flush's CTAs an SM (0: its own)")
     args = ap.parse_args()
     if args.tile is not None and not (args.gluon and args.in_place and not args.step):
         ap.error("--tile applies to the Gluon flush's pool form: --gluon --in-place")
     if args.gluon:
         require_verified_gluon()
     if args.step:
-        k = compile_step(args.in_place, args.gluon)
+        k = compile_step(args.in_place, args.gluon, args.layout, args.heads)
     else:
-        k = compile_gluon(args.in_place, args.tile) if args.gluon else compile_kernel(args.num_warps, args.in_place)
+        k = (compile_gluon(args.in_place, args.tile, args.layout, args.heads, args.ctas_per_sm) if args.gluon
+             else compile_kernel(args.num_warps, args.in_place, layout=args.layout, heads=args.heads))
     print(f"num_warps={k.metadata.num_warps} shared={k.metadata.shared} bytes")
     print(resource_usage(k.asm["cubin"]))
     if args.barriers:

@@ -1,6 +1,7 @@
 """The Gluon kernel compiles for sm_90a on a machine without a GPU, under the triton releases it
-was verified with (the `dev` extra pins one); skipped under other triton releases, whose Gluon
-API differs. Catches an API break before a device run does."""
+is checked to compile with (``launch.GLUON_COMPILES_WITH``; the `dev` extra pins one); skipped
+under other triton releases, whose Gluon API differs. Catches an API break before a device run
+does."""
 
 import functools
 import importlib.util
@@ -11,13 +12,20 @@ import pytest
 import triton
 
 from leapquant.kda import kernel
+from leapquant.kda.launch import GLUON_COMPILES_WITH
 
 flush_gluon = pytest.importorskip("leapquant.kda.flush.gluon_kernel")
-pytestmark = pytest.mark.skipif(triton.__version__ not in flush_gluon.VERIFIED_TRITON,
-                                reason=f"Gluon kernel verified with triton {' or '.join(flush_gluon.VERIFIED_TRITON)}, "
+pytestmark = pytest.mark.skipif(triton.__version__ not in GLUON_COMPILES_WITH,
+                                reason=f"Gluon kernels compile-checked with triton {' or '.join(GLUON_COMPILES_WITH)}, "
                                        f"this is {triton.__version__}: pip install -e '.[dev]'")
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
+# the most spilled bytes (STACK) each release's build may have: none under the verified release;
+# under the newer ones what their compilers gave when the kernels were checked (the flush's worst
+# variant, the step's), so that a regression still shows. Releases whose generated code spills
+# run the Gluon kernels only after their self-check on the GPU (kernel.decide).
+SPILLS = {"3.6.0": (0, 0), "3.7.0": (32, 0), "3.7.1": (32, 0), "3.8.0": (168, 136), "3.9.0": (8, 120)}
+FLUSH_SPILLS, STEP_SPILLS = SPILLS.get(triton.__version__, (0, 0))
 
 
 @functools.lru_cache(maxsize=None)
@@ -32,17 +40,26 @@ def _compile_sm90():
     return _script("compile_sm90")
 
 
-@pytest.mark.parametrize("in_place,tile", [(False, None)] + [(True, t) for t in flush_gluon.pool_tiles()],
-                         ids=["functional"] + [f"pool-tile{t}" for t in flush_gluon.pool_tiles()])
-def test_gluon_kernel_compiles_for_sm90a_with_wgmma_and_fits_shared_memory(in_place, tile):
-    # the functional form and every pool build a call may run (one per flag-scan tile)
+def _usage(c, k) -> dict:
+    return dict(f.split(":") for f in c.resource_usage(k.asm["cubin"]).split("\n")[0].split() if ":" in f)
+
+
+POOL_BUILDS = [(t, "packed", 32) for t in flush_gluon.pool_tiles()] + [(512, "request", 32), (512, "packed", 4),
+                                                                        (2048, "packed", 16)]
+
+
+@pytest.mark.parametrize("in_place,tile,layout,heads", [(False, None, "packed", 32)] + [(True, *b) for b in POOL_BUILDS],
+                         ids=["functional"] + [f"pool-tile{t}-{lay}-{h}heads" for t, lay, h in POOL_BUILDS])
+def test_gluon_kernel_compiles_for_sm90a_with_wgmma_and_fits_shared_memory(in_place, tile, layout, heads):
+    # the functional form and every pool build a call may run (one per flag-scan tile), in both
+    # layouts and at fewer heads (other strides and head counts: other builds of the one kernel)
     c = _compile_sm90()
-    k = c.compile_gluon(in_place, tile)
+    k = c.compile_gluon(in_place, tile, layout, heads)
     assert "wgmma.mma_async" in k.asm["ptx"]
     assert "cp.async" in k.asm["ptx"]  # the next program's inputs are staged
     assert k.metadata.shared <= 227 * 1024  # an H100/H200 block's shared-memory limit
-    usage = dict(f.split(":") for f in c.resource_usage(k.asm["cubin"]).split("\n")[0].split() if ":" in f)
-    assert int(usage["STACK"]) == 0  # no spills: two CTAs an SM at 255 registers leave no room for them
+    # no spills under the verified release: two CTAs an SM at 255 registers leave no room for them
+    assert int(_usage(c, k)["STACK"]) <= FLUSH_SPILLS
 
 
 def test_bytes_only_probe_compiles_with_the_kernels_staging():
@@ -62,19 +79,24 @@ def test_gluon_is_never_chosen_off_hopper():
     assert kernel.runnable("cpu") == kernel.runnable("cpu", "step") == ("triton",)
 
 
-@pytest.mark.parametrize("in_place", [False, True], ids=["functional", "pool"])
-def test_gluon_step_compiles_for_sm90a_within_its_register_cap(in_place):
+STEP_BUILDS = [(False, "packed", 32), (True, "packed", 32), (True, "request", 32), (True, "packed", 4)]
+
+
+@pytest.mark.parametrize("in_place,layout,heads", STEP_BUILDS,
+                         ids=["functional", "pool-packed", "pool-request", "pool-packed-4heads"])
+def test_gluon_step_compiles_for_sm90a_within_its_register_cap(in_place, layout, heads):
+    # (the packed layout's pool form carries the full-window guard)
     from leapquant.kda.step import gluon_kernel as step_gluon
 
-    k = _compile_sm90().compile_step(in_place, gluon=True)
+    k = _compile_sm90().compile_step(in_place, gluon=True, layout=layout, heads=heads)
     ptx = k.asm["ptx"]
     assert "cp.async" in ptx  # the codes and window are staged in shared memory
     # the codes products on the integer tensor cores, fed by ldmatrix; no fp32 conversion of the codes
     assert "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32" in ptx and "ldmatrix" in ptx
-    usage = dict(f.split(":") for f in _compile_sm90().resource_usage(k.asm["cubin"]).split("\n")[0].split()
-                 if ":" in f)
-    # 7 CTAs an SM (65,536 registers / (7 x 128 threads), in steps of 8), no spills
-    assert int(usage["REG"]) <= step_gluon.MAX_REGISTERS <= 72 and int(usage["STACK"]) == 0
+    usage = _usage(_compile_sm90(), k)
+    # 7 CTAs an SM (65,536 registers / (7 x 128 threads), in steps of 8), no spills under the
+    # verified release
+    assert int(usage["REG"]) <= step_gluon.MAX_REGISTERS <= 72 and int(usage["STACK"]) <= STEP_SPILLS
     assert 7 * (k.metadata.shared + 1024) <= 228 * 1024  # and the shared memory for 7 of them
 
 

@@ -29,6 +29,7 @@ from leapquant.bench import SETS, TIMED, WARMUP, copy_bandwidth, kernel_times_ms
 from leapquant.eval import flush_inputs as inputs
 from leapquant.kda import kernel
 from leapquant.kda.flush import gluon_kernel as fg
+from leapquant.kda.gluon_compat import thread_barrier
 from leapquant.kda.launch import resident_ctas as _resident_ctas, checkpoint_strides as _strides
 from leapquant.kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
 from leapquant.eval.report import environment, parse_sizes
@@ -59,13 +60,13 @@ def _move_bytes_kernel(
         head = c % NH
         prog = slot * NH + head
         async_copy.wait_group(0)
-        gl.thread_barrier()  # every thread's copies have landed
+        thread_barrier()  # every thread's copies have landed
         codes = st_codes.load(fg.BYTES)
         sk = st_sk.load(fg.WORDS)
         sv = st_sv.load(fg.WORDS)
         u = st_u.load(fg.ROW4)
         q = st_q.load(fg.ROW4)
-        gl.thread_barrier()  # the staging area is free again
+        thread_barrier()  # the staging area is free again
         nxt = c + CTAS
         if nxt < num_programs:
             fg._prefetch((nxt // NH).to(gl.int64), nxt % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf,
