@@ -81,10 +81,10 @@ def repeated_q0_errors(flush, B: int = 2) -> tuple[float, float, float, dict, tu
     return relative_error(x, got), independent, three_tokens, x, got
 
 
-def due_pool(device, family: str = "structured", seed: int = 12):
-    """A 6-slot pool: slot 1 all due, slot 2 half its heads due (others at hcnt 0..L-1), slot 3 due
-    but left out of idx, slots 4-5 not due. Returns ``(pool, idx, due)``."""
-    pool = Pool(6, device)
+def due_pool(device, family: str = "structured", seed: int = 12, layout: str = "packed"):
+    """A 6-slot pool in ``layout``: slot 1 all due, slot 2 half its heads due (others at hcnt
+    0..L-1), slot 3 due but left out of idx, slots 4-5 not due. Returns ``(pool, idx, due)``."""
+    pool = Pool(6, device, layout=layout)
     fill_pool(pool, family, seed)
     pool.hcnt[1] = L
     pool.hcnt[2] = torch.arange(H, dtype=torch.int32, device=device) % (L + 1)
@@ -123,10 +123,10 @@ def judge_pool(pool: Pool, before: dict, due, q0, ratio_bound: float | None = No
     untouched = all(same_bits(a[keep], b[keep]) for a, b in zip(pool.checkpoint, old_ckpt))
     untouched &= all(same_bits(getattr(pool, n)[keep], before[n][keep]) for n in ("w", "pcum", "gbuf"))
     untouched &= all(same_bits(getattr(pool, n), before[n]) for n in ("kbuf", "ubuf", "hcnt"))
-    # bytes outside every (slot, head) checkpoint: the offset block and the spare heads
-    outside = torch.ones(pool.raw.numel(), dtype=torch.bool, device=pool.raw.device)
-    outside[12288:].view(pool.num_slots, 33, -1)[:, :H] = False
-    untouched &= same_bits(pool.raw[outside], before["raw"][outside])
+    if pool.layout == "request":  # bytes outside every (slot, head) checkpoint: the offset block, the spare heads
+        outside = torch.ones(pool.raw.numel(), dtype=torch.bool, device=pool.raw.device)
+        outside[12288:].view(pool.num_slots, H + 1, -1)[:, :H, : 19456 // 4] = False
+        untouched &= same_bits(pool.raw[outside], before["raw"][outside])
     reset = bool((pool.w[due] == 0).all() and (pool.pcum[due] == 0).all() and (pool.gbuf[due] == 1).all())
     return {"ok": ok, "batch_head": res["batch_head"].worst_ratio, "untouched": untouched, "reset": reset}
 

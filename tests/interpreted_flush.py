@@ -28,11 +28,13 @@ flush_mod.SUBSPACE_SPLIT = 2  # two bf16 parts of the thin operands (three by de
 out["functional_split2"] = {fam: flush_checks.functional(fam, 1, "cpu") for fam in TAIL_FAMILIES}
 flush_mod.SUBSPACE_SPLIT = 3
 out["zero_q0_column"] = flush_checks.zero_q0_column(flush_checks.launched, "cpu")
+q0 = inputs.make("random", 1, "cpu", seed=13)["q0"]
 for persistent in (False, True):  # one CTA per candidate, or resident CTAs scanning flags
     flush_mod.PERSISTENT_POOL = persistent
     pool, idx, due = flush_checks.due_pool("cpu")
-    q0 = inputs.make("random", 1, "cpu", seed=13)["q0"]
     out["pool_persistent" if persistent else "pool"] = flush_checks.pool_mode(pool, idx, due, kernel_inplace, q0)
+pool, idx, due = flush_checks.due_pool("cpu", layout="request")  # the request's layout (other strides)
+out["pool_request_layout"] = flush_checks.pool_mode(pool, idx, due, kernel_inplace, q0)
 for persistent in (False, True):  # the reference's path after a first run that must leave no trace
     flush_mod.PERSISTENT_POOL = persistent
     out["fallback_persistent" if persistent else "fallback"] = flush_checks.fallback_matches_functional(

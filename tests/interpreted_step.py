@@ -28,6 +28,11 @@ for fam in ("random", "structured"):
     t = time.time()
     out[f"pool_{fam}"] = step_checks.pool_form("cpu", step_checks.kernel_inplace, family=fam)
     out["seconds"][f"pool_{fam}"] = round(time.time() - t, 1)
+# a full window never flushed (packed layout: kept and counted), at 32 and at 4 heads
+for heads in (32, 4):
+    t = time.time()
+    out[f"full_window_{heads}"] = step_checks.full_window_kept("cpu", step_checks.kernel_inplace, heads=heads)
+    out["seconds"][f"full_window_{heads}"] = round(time.time() - t, 1)
 # the Pool's warm-up (what Pool() runs on CUDA), here on a CPU pool given the CUDA pool's kernels
 import torch  # noqa: E402
 
@@ -37,7 +42,7 @@ from leapquant.kda.launch import pick_words  # noqa: E402
 
 pool = Pool(3, "cpu")
 pool.kernel, pool.step_kernel = choose("cpu"), choose("cpu", "step")
-pool.picks = torch.empty(pick_words(pool.num_slots, pool.device), dtype=torch.int32)
+pool.picks = torch.empty(pick_words(pool.hcnt.numel(), pool.device), dtype=torch.int32)
 names = ("raw", "kbuf", "ubuf", "gbuf", "w", "pcum", "hcnt")
 before = {n: getattr(pool, n).clone() for n in names}
 pool._warm_up()

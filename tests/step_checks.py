@@ -79,13 +79,11 @@ def kernel_functional(x: dict, outs, kernel: str = "triton") -> None:
                 kernel=kernel)
 
 
-def kernel_inplace(pool, idx, mixed, a, b, A_log, dt_bias, o) -> None:
-    """The step by the portable kernel in pool form."""
-    from leapquant.kda.kernel import launch_step
+def kernel_inplace(pool, idx, mixed, a, b, A_log, dt_bias, o, kernel: str = "triton") -> None:
+    """``step_inplace`` through the kernel named ``kernel`` (on a CPU pool: under the interpreter)."""
+    from leapquant.kda.ops import step_pool
 
-    hk = H * K
-    launch_step(pool.checkpoint, pool.window, pool.hcnt, (mixed[:, :hk], mixed[:, hk : 2 * hk], mixed[:, 2 * hk :], a, b),
-                A_log, dt_bias, o, idx=idx, kernel="triton")
+    step_pool(pool.raw, *pool.window, pool.hcnt, pool.errors, idx, mixed, a, b, A_log, dt_bias, o, pool.layout, kernel)
 
 
 def all_bf16(limit: float = 80.0) -> torch.Tensor:
@@ -188,3 +186,35 @@ def pool_form(device, run, family: str = "random", seed: int = 21) -> dict:
 def _views(pool: Pool, raw):
     """The checkpoint views of ``pool`` laid over another raw buffer."""
     return tuple(raw.view(v.dtype).as_strided(v.shape, v.stride(), v.storage_offset()) for v in pool.checkpoint)
+
+
+def full_window_kept(device, run, heads: int = H, seed: int = 31) -> dict:
+    """``run(pool, idx, mixed, a, b, A_log, dt_bias, o)`` on a packed pool whose programs all hold
+    a full window that was never flushed (``hcnt == L``, ``w[L - 1] = 1``): every pool tensor must
+    stay bit-identical, ``errors[0]`` count every program once, and ``o`` meet the step's
+    criterion for the whole window (``h = L``; worst error / tolerance in ``o_worst``)."""
+    x = step_inputs.make("random", 3, device, seed)
+    pool = Pool(4, device, heads=heads)
+    for name in CKPT + WIN:
+        getattr(pool, name)[1:] = x[name][:, :heads]
+    pool.hcnt.fill_(L)
+    pool.w[1:, :, L - 1] = 1
+    idx = torch.tensor([2, 0, 3, 1], dtype=torch.int32, device=device)
+    tok = step_inputs.tokens(4, device, seed + 1)
+    tok = {n: t[:, :heads].contiguous() for n, t in tok.items()}
+    before = snapshot(pool)
+    o = torch.full((4, heads, V), float("nan"), dtype=torch.bfloat16, device=device)
+    A_log, dt_bias = x["A_log"][:heads].contiguous(), x["dt_bias"][:heads].contiguous()
+    run(pool, idx, mixed_rows(tok), tok["a"], tok["b"], A_log, dt_bias, o)
+    kept = all(same_bits(getattr(pool, n), before[n]) for n in POOL_TENSORS)
+    rows = torch.tensor([0, 2, 3], device=device)
+    slots = idx[rows].long()
+    inp = {n: v[slots] for n, v in zip(CKPT + WIN, pool.checkpoint + pool.window)}
+    inp.update({n: tok[n][rows] for n in step_inputs.TOKEN_ARGS}, A_log=A_log, dt_bias=dt_bias,
+               h=torch.full((3, heads), L, dtype=torch.int32, device=device))
+    ex = step_criterion.exact(inp)
+    rest = (ex["k_row"].bfloat16(), ex["u_row"].bfloat16(), ex["g_row"].half(), ex["w_new"].float(),
+            ex["pcum_new"].float())
+    o_worst = float(step_criterion.ratios((o[rows], *rest), inp)["o"].max())
+    return {"kept": kept, "counted": int(pool.errors[0]) == 3 * heads and int(pool.errors[1]) == 0,
+            "zero_row": bool((o[1] == 0).all()), "o_worst": o_worst}

@@ -41,7 +41,7 @@ def test_interpreted_kernel_zero_q0_column(verdicts):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("grid", ["pool", "pool_persistent", "pool_persistent_tiles"])
+@pytest.mark.parametrize("grid", ["pool", "pool_persistent", "pool_persistent_tiles", "pool_request_layout"])
 def test_interpreted_kernel_pool_mode(verdicts, grid):
     v = verdicts[grid]
     assert v["ok"] and v["untouched"] and v["reset"], v

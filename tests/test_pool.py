@@ -5,36 +5,63 @@ import pytest
 import torch
 
 from leapquant.eval import flush_inputs as inputs
-from leapquant.kda import H, K, L, R, V, Pool, decode, flush_inplace, run
+from leapquant.kda import H, K, L, R, V, Pool, decode, flush_inplace, run, slot_nbytes
 from leapquant.kda.flush.naive import flush_cpu
-from leapquant.kda.geometry import POOL_OFFSET_WORDS as OFF, SLOT_WORDS as SS
+from leapquant.kda.geometry import POOL_OFFSET_WORDS as OFF
 
 from conftest import fill_pool, same_bits, snapshot
 
 
+def region_start(pool, slot, head) -> int:
+    """Byte offset of program (slot, head)'s checkpoint region in ``pool.raw``: the packed layout's
+    19,456-byte regions back to back, or SPEC section 7's (the request's layout)."""
+    if pool.layout == "packed":
+        return (slot * pool.heads + head) * 19456
+    return 4 * (OFF + slot * (pool.heads + 1) * V * K + head * V * K)
+
+
 def region_bytes(pool, slot, head):
-    raw = pool.raw.numpy().view(np.uint8)
-    start = 4 * (OFF + slot * SS + head * V * K)
+    raw = pool.raw.numpy().view(np.uint8).reshape(-1)
+    start = region_start(pool, slot, head)
     return raw[start : start + 19456]
 
 
-def test_pool_sizes_and_initial_values():
-    pool = Pool(3, "cpu")
-    assert pool.raw.dtype == torch.float32 and pool.raw.numel() == 3 * 33 * V * K + 12288
+@pytest.mark.parametrize("layout", ["packed", "request"])
+def test_pool_sizes_and_initial_values(layout):
+    pool = Pool(3, "cpu", layout=layout)
+    assert pool.raw.dtype == torch.float32 and pool.layout == layout
+    if layout == "request":  # SPEC section 7
+        assert pool.raw.numel() == 3 * 33 * V * K + 12288
+    else:  # one 19,456-byte checkpoint a program, nothing else
+        assert tuple(pool.raw.shape) == (3, H, 19456 // 4)
     assert float(pool.raw.abs().sum()) == 0
     expect = {"kbuf": (torch.bfloat16, (3, H, L, K), 0), "ubuf": (torch.bfloat16, (3, H, L, V), 0),
               "w": (torch.float32, (3, H, L), 0), "pcum": (torch.float32, (3, H, K), 0),
-              "gbuf": (torch.float16, (3, H, L, K), 1), "hcnt": (torch.int32, (3, H), 0)}
+              "gbuf": (torch.float16, (3, H, L, K), 1), "hcnt": (torch.int32, (3, H), 0),
+              "errors": (torch.int32, (2,), 0)}
     for name, (dtype, shape, value) in expect.items():
         t = getattr(pool, name)
         assert t.dtype == dtype and tuple(t.shape) == shape and t.is_contiguous()
         assert bool((t == value).all()), name
+    tensors = [pool.raw, pool.kbuf, pool.ubuf, pool.w, pool.pcum, pool.gbuf, pool.hcnt, pool.errors]
+    assert pool.nbytes == sum(t.numel() * t.element_size() for t in tensors)  # CPU: no kernel scratch
 
 
-def test_pool_views_land_at_spec_offsets():
-    pool = Pool(3, "cpu")
+def test_slot_cost_is_half_an_fp32_state():
+    # bytes a slot at 32 heads: the packed layout's checkpoint + window + fill count + the flush's
+    # 4-byte pick a program, against fla's fp32 state [H, K, V] (2,097,152 B)
+    assert slot_nbytes() == H * (19456 + 12864 + 4 + 4) == 1_034_496 <= 1.04e6
+    assert slot_nbytes(H, "request") == 33 * V * K * 4 + H * (12864 + 4 + 4) == 2_574_592
+    assert slot_nbytes(4) == slot_nbytes() // 8
+    pool = Pool(9, "cpu")
+    assert pool.nbytes == 9 * (slot_nbytes() - 4 * H) + 8  # CPU pools hold no picks; the 8-byte counter
+
+
+@pytest.mark.parametrize("layout,heads", [("packed", 32), ("request", 32), ("packed", 4)])
+def test_pool_views_land_at_their_offsets(layout, heads):
+    pool = Pool(3, "cpu", heads=heads, layout=layout)
     g = torch.Generator().manual_seed(0)
-    slot, head = 2, 31
+    slot, head = 2, heads - 1
     codes = torch.randint(-127, 128, (V, K), generator=g).to(torch.int8)
     s_k, s_v = torch.rand(K, generator=g), torch.rand(V, generator=g)
     u, q = torch.randn(R, K, generator=g).half(), torch.randn(R, V, generator=g).half()
@@ -48,10 +75,10 @@ def test_pool_views_land_at_spec_offsets():
     assert np.array_equal(uq[:, :K], u.numpy()) and np.array_equal(uq[:, K:], q.numpy())
     # nothing else in raw changed: the spare head and every other region are zero
     touched = np.zeros(pool.raw.numel() * 4, dtype=bool)
-    start = 4 * (OFF + slot * SS + head * V * K)
+    start = region_start(pool, slot, head)
     touched[start : start + 19456] = True
-    assert not pool.raw.numpy().view(np.uint8)[~touched].any()
-    assert pool.uq.shape == (3, H, R, K + V)
+    assert not pool.raw.numpy().view(np.uint8).reshape(-1)[~touched].any()
+    assert pool.uq.shape == (3, heads, R, K + V)
 
 
 def test_pool_rejects_bad_sizes():

@@ -52,3 +52,11 @@ def test_interpreted_beta_is_correctly_rounded_for_every_bf16_input(verdicts):
 def test_interpreted_pool_warm_up_launches_both_kernels_on_nothing(verdicts):
     # Pool._warm_up compiles and runs the flush and step kernels on slot 0; nothing changes
     assert verdicts["warm_up_untouched"]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("heads", [32, 4])
+def test_interpreted_step_keeps_and_counts_a_full_window(verdicts, heads):
+    # packed layout: a full window never flushed stays as it is, counted once a program
+    v = verdicts[f"full_window_{heads}"]
+    assert v["kept"] and v["counted"] and v["zero_row"] and v["o_worst"] <= 1.0, v

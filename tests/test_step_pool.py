@@ -65,10 +65,17 @@ def test_write_state_rejects_bad_arguments():
         write_state(pool, idx.long(), state, q0)
     with pytest.raises(ValueError, match="q0"):
         write_state(pool, idx, state, q0.t())
+    # the values of idx and state only where asked (check=True: a host synchronisation)
     with pytest.raises(ValueError, match="slot"):
-        write_state(pool, torch.tensor([1, 3], dtype=torch.int32), state, q0)  # slot 3 of 3
+        write_state(pool, torch.tensor([1, 3], dtype=torch.int32), state, q0, check=True)  # slot 3 of 3
     with pytest.raises(ValueError, match="more than once"):
-        write_state(pool, torch.tensor([1, 1], dtype=torch.int32), state, q0)
+        write_state(pool, torch.tensor([1, 1], dtype=torch.int32), state, q0, check=True)
+    for bad in (float("nan"), 1e4):
+        with pytest.raises(ValueError, match="outside the domain"):
+            write_state(pool, idx, state.index_fill(0, torch.tensor([1]), bad), q0, check=True)
+    # padding rows are not checked
+    write_state(pool, torch.tensor([1, 0], dtype=torch.int32), state.index_fill(0, torch.tensor([1]), 1e30), q0,
+                check=True)
 
 
 # Measured on CPU (NOTES.md, "Decode loop vs fla"): per-window ||o - o_fla|| / ||o_fla|| 2.37e-3, 2.44e-3 (the

@@ -186,8 +186,13 @@ def test_step_rejects_bad_inputs():
         call(b=0.5)
     with pytest.raises(ValueError, match="vx"):
         call(vx=x["vx"][..., :64])
-    with pytest.raises(ValueError, match="heads"):
+    with pytest.raises(ValueError, match="A_log"):  # 16 heads take 16 heads' parameters
         call(**{n: x[n][:, :16] for n in step_inputs.STEP_ARGS if n not in ("A_log", "dt_bias")})
+    with pytest.raises(ValueError, match="head counts disagree"):
+        call(vx=x["vx"][:, :16])
+    with pytest.raises(ValueError, match="heads"):  # 12 is no head count a pool holds
+        call(**{n: x[n][:, :12] for n in step_inputs.STEP_ARGS if n not in ("A_log", "dt_bias")},
+             A_log=x["A_log"][:12], dt_bias=x["dt_bias"][:12])
     with pytest.raises(ValueError, match="batch sizes"):
         call(a=torch.cat([x["a"], x["a"]]))
     with pytest.raises(ValueError, match="A_log"):

@@ -61,14 +61,14 @@ def fla_recurrence(tok: dict, params: dict, state: torch.Tensor | None):
     return o.transpose(0, 1), S
 
 
-def fla_prefill(tok: dict, params: dict, method: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """fla over the prompt ``tok`` from a zero state: ``(o fp32 [T, N, H, V], final state fp32
-    [N, H, K, V])``, by ``chunk_kda`` (``method="chunk"``, CUDA: the raw bf16 q, k, v,
-    ``use_qk_l2norm_in_kernel``, scale K^-1/2, the step's gate and bf16-rounded beta) or
-    ``naive_recurrent_kda`` (``"naive"``, on the step's own ``kn``, ``qn``). Raises ValueError
-    for another method."""
+def fla_prefill(tok: dict, params: dict, method: str, state: torch.Tensor | None = None):
+    """fla over the prompt ``tok`` from ``state`` (fp32 ``[N, H, K, V]``, None: zeros): ``(o fp32
+    [T, N, H, V], final state fp32 [N, H, K, V])``, by ``chunk_kda`` (``method="chunk"``, CUDA:
+    the raw bf16 q, k, v, ``use_qk_l2norm_in_kernel``, scale K^-1/2, the step's gate and
+    bf16-rounded beta) or ``naive_recurrent_kda`` (``"naive"``, on the step's own ``kn``,
+    ``qn``). Raises ValueError for another method."""
     if method == "naive":
-        return fla_recurrence(tok, params, None)
+        return fla_recurrence(tok, params, state)
     if method != "chunk":
         raise ValueError(f"prefill method {method!r}: 'chunk' or 'naive'")
     from fla.ops.kda import chunk_kda
@@ -76,13 +76,13 @@ def fla_prefill(tok: dict, params: dict, method: str) -> tuple[torch.Tensor, tor
     g, _, beta = gate(tok["a"], tok["b"], params["A_log"], params["dt_bias"])
     o, S = chunk_kda(tok["qx"].transpose(0, 1).contiguous(), tok["kx"].transpose(0, 1).contiguous(),
                      tok["vx"].transpose(0, 1).contiguous(), g.transpose(0, 1).contiguous(),
-                     beta.transpose(0, 1).bfloat16().contiguous(), scale=K ** -0.5, output_final_state=True,
-                     use_qk_l2norm_in_kernel=True)
+                     beta.transpose(0, 1).bfloat16().contiguous(), scale=K ** -0.5, initial_state=state,
+                     output_final_state=True, use_qk_l2norm_in_kernel=True)
     return o.transpose(0, 1).float(), S.float()
 
 
 def decode_loop(N: int = 2, T: int = 32, prefill: int = 64, device="cpu", seed: int = 0,
-                bias_shift: float = 0.0, prefill_method: str | None = None) -> dict:
+                bias_shift: float = 0.0, prefill_method: str | None = None, prefill_chunks: int = 1) -> dict:
     """Run the loop (module docstring) for ``N`` sequences and ``T`` decode tokens after a
     ``prefill``-token prefill. Returns ``{"window_rel": [...], "window_worst_head": [...],
     "rounding_rel": [...], "state_scale": float, "prefill": str}``: per window of ``L`` tokens, ``||o - o_fla|| /
@@ -90,22 +90,31 @@ def decode_loop(N: int = 2, T: int = 32, prefill: int = 64, device="cpu", seed: 
     same ratio for ``bf16(o_fla)`` alone (the output format's own share). ``bias_shift`` is added
     to ``dt_bias`` (e.g. -4: slow gates, ~0.7% decay a token, so the state and its checkpoint
     carry a long memory instead of being forgotten within a window). ``prefill_method``:
-    ``fla_prefill``'s, by default ``"chunk"`` on CUDA and ``"naive"`` elsewhere."""
-    from ..kda import flush_inplace
-    from ..kda.interface import step_inplace, write_state
+    ``fla_prefill``'s, by default ``"chunk"`` on CUDA and ``"naive"`` elsewhere.
+    ``prefill_chunks``: the prompt prefilled in that many equal chunks as an engine's chunked
+    prefill runs it (each chunk from ``read_state`` of the pool, its final state stored back by
+    ``write_state``); fla's reference runs the whole prompt at once."""
+    from ..kda import flush_inplace, read_state, step_inplace, write_state
 
     params = step_inputs.model_params(device)
     params["dt_bias"] = params["dt_bias"] + bias_shift
     gen = torch.Generator(device=device).manual_seed(seed + 17)
     q0 = torch.randn(V, R, generator=gen, device=device)
     prefill_method = prefill_method or ("chunk" if torch.device(device).type == "cuda" else "naive")
-    _, S0 = fla_prefill(token_stream(N, prefill, device, seed + 1), params, prefill_method)
+    prompt = token_stream(N, prefill, device, seed + 1)
+    _, S0 = fla_prefill(prompt, params, prefill_method)
     tok = token_stream(N, T, device, seed + 2)
     o_ref, _ = fla_recurrence(tok, params, S0.clone())
 
     pool = Pool(N + 1, device)
     idx = torch.arange(1, N + 1, dtype=torch.int32, device=device)
-    write_state(pool, idx, S0, q0)
+    if prefill % prefill_chunks:
+        raise ValueError(f"a {prefill}-token prompt does not split into {prefill_chunks} equal chunks")
+    size = prefill // prefill_chunks
+    for c in range(prefill_chunks):
+        chunk = {n: t[c * size : (c + 1) * size] for n, t in prompt.items()}
+        _, S = fla_prefill(chunk, params, prefill_method, read_state(pool, idx) if c else None)
+        write_state(pool, idx, S, q0)
     outs = []
     for t in range(T):
         mixed = torch.cat([tok["qx"][t].reshape(N, -1), tok["kx"][t].reshape(N, -1), tok["vx"][t].reshape(N, -1)], -1)
@@ -115,7 +124,7 @@ def decode_loop(N: int = 2, T: int = 32, prefill: int = 64, device="cpu", seed: 
         outs.append(o.float())
     o = torch.stack(outs)  # [T, N, H, V]
     res = {"window_rel": [], "window_worst_head": [], "rounding_rel": [],
-           "state_scale": float(S0.abs().mean()), "prefill": prefill_method}
+           "state_scale": float(S0.abs().mean()), "prefill": prefill_method, "prefill_chunks": prefill_chunks}
     for w0 in range(0, T, L):
         sl = slice(w0, w0 + L)
         err, ref = o[sl] - o_ref[sl], o_ref[sl]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .geometry import H, K, L, QMAX, R, V
+from .geometry import HEAD_COUNTS, H, K, L, QMAX, R, V
 
 # name -> (dtype, trailing shape after the leading [B, H]); the order is run()'s.
 CHECKPOINT_FIELDS: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
@@ -36,7 +36,15 @@ TOKEN_FIELDS: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
     "a": (torch.bfloat16, (K,)),
     "b": (torch.bfloat16, ()),
 }
-MIXED_WIDTH = 2 * H * K + H * V  # one step_inplace row per sequence: q for all heads, then k, then v
+
+
+def mixed_width(heads: int = H) -> int:
+    """Elements of one ``step_inplace`` row ``mixed`` for ``heads`` heads: q for every head, then
+    k, then v."""
+    return 2 * heads * K + heads * V
+
+
+MIXED_WIDTH = mixed_width(H)
 
 
 def decode(codes, s_k, s_v, u, q, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -79,25 +87,29 @@ def check_tensor(name: str, t, dtype: torch.dtype, trailing: tuple[int, ...], le
 def check_batch(fields: dict[str, torch.Tensor], specs: dict | None = None) -> tuple[int, torch.device]:
     """Check a batch of per-program inputs: every ``fields[name]`` has the dtype and trailing
     shape ``specs[name]`` gives (default: the flush's checkpoint and window), shape
-    ``[B, H, ...]``, one batch size and one device.
+    ``[B, NH, ...]`` with one batch size ``B``, one head count ``NH`` of ``HEAD_COUNTS`` and one
+    device.
 
-    Returns ``(B, device)``. Raises TypeError for a wrong type or dtype, ValueError for a
-    wrong shape, a batch size that disagrees between inputs, or mixed devices.
+    Returns ``(B, NH, device)``. Raises TypeError for a wrong type or dtype, ValueError for a
+    wrong shape, a head count outside ``HEAD_COUNTS``, a batch size or head count that disagrees
+    between inputs, or mixed devices.
     """
     specs = specs or {**CHECKPOINT_FIELDS, **WINDOW_FIELDS}
-    batch = device = None
+    batch = heads = device = None
     for name, (dtype, trailing) in specs.items():
         t = fields[name]
         check_tensor(name, t, dtype, trailing, lead=2)
-        if t.shape[1] != H:
-            raise ValueError(f"{name} must have {H} heads in dim 1, got {t.shape[1]}")
+        if heads is None and t.shape[1] not in HEAD_COUNTS:
+            raise ValueError(f"{name} must have one of {HEAD_COUNTS} heads in dim 1, got {t.shape[1]}")
+        if heads is not None and t.shape[1] != heads:
+            raise ValueError(f"head counts disagree: codes has {heads} heads, {name} has {t.shape[1]}")
         if batch is None:
-            batch, device = t.shape[0], t.device
+            batch, heads, device = t.shape[0], t.shape[1], t.device
         elif t.shape[0] != batch:
             raise ValueError(f"batch sizes disagree: codes has {batch}, {name} has {t.shape[0]}")
         elif t.device != device:
             raise ValueError(f"devices disagree: codes is on {device}, {name} is on {t.device}")
-    return batch, device
+    return batch, heads, device
 
 
 def check_q0(q0, device: torch.device) -> None:

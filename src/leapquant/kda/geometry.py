@@ -29,15 +29,26 @@ STEP_DIGIT_BITS = 7
 # -121 (the scale stays finite) to 127 (the first digit stays within 64 up to fp32's largest)
 STEP_EXPONENT_RANGE = (-121, 127)
 
-# Pool layout (SPEC section 7), in fp32 words unless the name says bytes.
-POOL_OFFSET_WORDS = 12288  # OFF: words before slot 0
-SLOT_WORDS = (H + 1) * V * K  # SS: 32 heads plus one spare
-HEAD_WORDS = V * K
+# Pool layouts, in fp32 words unless the name says bytes. "packed" (the default): each (slot,
+# head) region is exactly one checkpoint, slots `heads` regions apart. "request": the layout of
+# SPEC section 7 (NVlabs/kda request conless-leapquant-kda-flush), a 64 KiB region a head and
+# one spare head a slot after an offset, byte-compatible with the request's harness.
+LAYOUTS = ("packed", "request")
+HEAD_COUNTS = (1, 2, 4, 8, 16, 32)  # heads a pool may hold: powers of two up to H (tensor parallelism)
+POOL_OFFSET_WORDS = 12288  # OFF: words before slot 0 (request layout)
+SLOT_WORDS = (H + 1) * V * K  # SS: 32 heads plus one spare (request layout, 32 heads)
+HEAD_WORDS = V * K  # a head's region in the request layout
 CODES_BYTES = 0  # byte offsets inside one (slot, head) region
 SK_BYTES = V * K  # 16384
 SV_BYTES = SK_BYTES + 4 * K  # 16896
 UQ_BYTES = SV_BYTES + 4 * V  # 17408
-REGION_BYTES = UQ_BYTES + 2 * R * (K + V)  # 19456 = one checkpoint
+REGION_BYTES = UQ_BYTES + 2 * R * (K + V)  # 19456 = one checkpoint (a multiple of 128 bytes)
+REGION_WORDS = REGION_BYTES // 4  # a head's region in the packed layout
+# the device-side error counter (Pool.errors), by position: programs whose step met a full window
+# that was never flushed (the token was not appended), and states write_state found out of the
+# domain (non-finite, or |S| >= DOMAIN_LIMIT)
+ERROR_KINDS = ("full_window", "out_of_domain")
+DOMAIN_LIMIT = 1e4
 
 # Bytes one flushed program must move at least (SPEC section 9): checkpoint read and
 # write, window (kbuf, ubuf, w), gate history (gbuf, pcum) and the resets (w, gbuf, pcum).

@@ -21,6 +21,9 @@ from .step.tl_common import BETA_SERIES_BELOW
 ROUND_MAGIC = 12582912.0  # 1.5 * 2**23: x + MAGIC rounds x half-to-even into the low mantissa bits
 ROUND_MAGIC_BITS = 0x4B400000  # the same constant's fp32 bit pattern: int8 -> fp32 by an integer add
 GLUON_VERIFIED_TRITON = ("3.6.0",)  # releases whose Gluon API both Gluon kernels were compiled and run with
+# releases both Gluon kernels are checked to compile with for sm_90a offline (CI); on a GPU, a release
+# outside GLUON_VERIFIED_TRITON runs them only after their self-check (kernel.py)
+GLUON_COMPILES_WITH = ("3.6.0", "3.7.0", "3.7.1", "3.8.0", "3.9.0")
 # the portable flush's persistent grid: one 8-warp CTA at 255 registers fills an SM (the Gluon
 # kernel sets its own)
 CTAS_PER_SM = 1
@@ -62,9 +65,10 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def pick_words(num_slots: int, device: torch.device) -> int:
-    """int32 words of scratch the persistent pool grid needs for a pool of ``num_slots``."""
-    return num_slots * H + resident_ctas(device, MOST_CTAS_PER_SM)
+def pick_words(num_programs: int, device: torch.device) -> int:
+    """int32 words of scratch the persistent pool grid needs for a pool of ``num_programs``
+    (slots x heads)."""
+    return num_programs + resident_ctas(device, MOST_CTAS_PER_SM)
 
 
 def pool_picks(num_programs: int, hcnt: torch.Tensor, ctas: int, picks: torch.Tensor | None = None):
@@ -72,9 +76,9 @@ def pool_picks(num_programs: int, hcnt: torch.Tensor, ctas: int, picks: torch.Te
     candidates: due programs are at most the pool's (slots x heads), so a CTA picks at most
     ``pick_stride`` of them; ``picks`` is the caller's int32 scratch (``Pool.picks``) or a new one
     of ``pick_words`` words on ``hcnt``'s device."""
-    pick_stride = -(-min(num_programs, hcnt.shape[0] * H) // ctas)
+    pick_stride = -(-min(num_programs, hcnt.numel()) // ctas)
     if picks is None:
-        picks = torch.empty(pick_words(hcnt.shape[0], hcnt.device), dtype=torch.int32, device=hcnt.device)
+        picks = torch.empty(pick_words(hcnt.numel(), hcnt.device), dtype=torch.int32, device=hcnt.device)
     return picks, pick_stride
 
 
@@ -98,10 +102,10 @@ def flush_arguments(ckpt_in, ckpt_out, window, q0, idx, hcnt, picks, num_program
     and constants (``flush.triton_kernel.launch_flush``, ``flush.gluon_kernel.launch_flush``)."""
     names_in = ("codes_in", "sk_in", "sv_in", "u_in", "q_in")
     names_out = ("codes_out", "sk_out", "sv_out", "u_out", "q_out")
-    return dict(**dict(zip(names_in, ckpt_in)), **dict(zip(names_out, ckpt_out)),
-                **dict(zip(("kbuf", "ubuf", "gbuf", "w", "pcum"), window)), q0=q0, idx=idx, hcnt=hcnt,
-                picks=picks, num_programs=num_programs, pick_stride=pick_stride,
-                **checkpoint_strides(*ckpt_in), **FLUSH_CONSTANTS)
+    return {**dict(zip(names_in, ckpt_in)), **dict(zip(names_out, ckpt_out)),
+            **dict(zip(("kbuf", "ubuf", "gbuf", "w", "pcum"), window)), "q0": q0, "idx": idx, "hcnt": hcnt,
+            "picks": picks, "num_programs": num_programs, "pick_stride": pick_stride,
+            **checkpoint_strides(*ckpt_in), **FLUSH_CONSTANTS, "NH": ckpt_in[0].shape[1]}
 
 
 # the flush kernels' geometry and numeric constants, by their constexpr names
@@ -111,25 +115,28 @@ FLUSH_CONSTANTS = dict(NH=H, NV=V, NK=K, NL=L, NR=R, QM=float(QMAX), SCALE_MIN=E
 
 # the step kernels' arguments not specialised on (alignment, value 1): the caller's pointers and
 # row strides, so that a pool's warm-up compiles the one variant every later call runs
-STEP_UNSPECIALISED = ("idx", "qx", "kx", "vx", "a", "b", "A_log", "dt_bias", "o", "qk_row", "v_row")
+STEP_UNSPECIALISED = ("idx", "errors", "qx", "kx", "vx", "a", "b", "A_log", "dt_bias", "o", "qk_row", "v_row")
 
 
-def step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None) -> dict:
+def step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None,
+                   guard_full: bool = False) -> dict:
     """Every argument of the decode-step kernels by name (the portable and the Gluon kernel take
     the same ones), constants included; arguments and semantics as ``step.triton_kernel.launch_step``.
     In pool form (``idx`` given) the unused output pointers are ``o``; in functional form the
-    unused ``idx`` is ``fill``."""
+    unused ``idx`` and ``errors`` are ``fill``. The head count comes from ``o`` ``[N, NH, V]``."""
     qx, kx, vx, a, b = token
     kbuf, ubuf, gbuf, w, pcum = window
     in_place = idx is not None
     k_row, u_row, g_row, w_new, pcum_new = (o,) * 5 if in_place else new
-    return dict(
-        **dict(zip(CHECKPOINT_FIELDS, ckpt)), kbuf=kbuf, ubuf=ubuf, gbuf=gbuf, w=w, pcum=pcum, fill=fill,
-        qx=qx, kx=kx, vx=vx, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
-        o=o, k_row=k_row, u_row=u_row, g_row=g_row, w_new=w_new, pcum_new=pcum_new,
-        idx=idx if in_place else fill, qk_row=qx.stride(0), v_row=vx.stride(0),
-        **checkpoint_strides(*ckpt), IN_PLACE=in_place, **STEP_CONSTANTS,
-    )
+    return {
+        **dict(zip(CHECKPOINT_FIELDS, ckpt)), "kbuf": kbuf, "ubuf": ubuf, "gbuf": gbuf, "w": w, "pcum": pcum,
+        "fill": fill, "qx": qx, "kx": kx, "vx": vx, "a": a, "b": b, "A_log": A_log, "dt_bias": dt_bias,
+        "o": o, "k_row": k_row, "u_row": u_row, "g_row": g_row, "w_new": w_new, "pcum_new": pcum_new,
+        "idx": idx if in_place else fill, "errors": errors if in_place and errors is not None else fill,
+        "qk_row": qx.stride(0), "v_row": vx.stride(0),
+        **checkpoint_strides(*ckpt), "IN_PLACE": in_place, "GUARD_FULL": in_place and guard_full,
+        **STEP_CONSTANTS, "NH": o.shape[1],
+    }
 
 
 # the decode-step kernels' geometry and numeric constants, by their constexpr names

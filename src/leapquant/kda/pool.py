@@ -1,10 +1,19 @@
-"""Caller-owned state pool with the byte layout of SPEC section 7.
+"""The caller-owned state pool: every (slot, head) program's checkpoint and window, in one of two
+layouts, on memory the pool allocates or the engine hands it.
 
-One flat fp32 buffer ``raw`` of ``num_slots * SLOT_WORDS + POOL_OFFSET_WORDS`` words; the (slot,
-head) region starts at word ``POOL_OFFSET_WORDS + slot * SLOT_WORDS + head * V * K`` and holds
-the checkpoint: codes int8 ``[V, K]`` row-major at byte 0, ``s_k`` fp32 at byte 16384, ``s_v``
-fp32 at byte 16896, and fp16 ``[R, K + V]`` rows ``(u[r] | q[r])`` at byte 17408. The window
-lives in dense tensors beside it. Source: NVlabs/kda request conless-leapquant-kda-flush.
+Layouts (``geometry.LAYOUTS``):
+
+- ``"packed"`` (the default): ``raw`` fp32 ``[NS, heads, REGION_WORDS]``; the (slot, head)
+  region is exactly one checkpoint of 19,456 bytes (a multiple of 128): codes int8 ``[V, K]``
+  row-major at byte 0, ``s_k`` fp32 at byte 16384, ``s_v`` fp32 at byte 16896, fp16
+  ``[R, K + V]`` rows ``(u[r] | q[r])`` at byte 17408.
+- ``"request"``: the layout of the NVlabs/kda request conless-leapquant-kda-flush (SPEC section
+  7): one flat fp32 ``raw`` of ``NS * (heads + 1) * V * K + POOL_OFFSET_WORDS`` words, the (slot,
+  head) region at word ``POOL_OFFSET_WORDS + slot * (heads + 1) * V * K + head * V * K``, the
+  checkpoint in its first 19,456 bytes as above; byte-compatible with the request's harness.
+
+The window lives in dense tensors beside ``raw`` in both. Source: LeapQuant (arXiv 2609.38166);
+NVlabs/kda requests conless-leapquant-kda-flush and conless-leapquant-kda-step.
 """
 
 from __future__ import annotations
@@ -13,94 +22,191 @@ import operator
 
 import torch
 
-from .format import MIXED_WIDTH
 from .geometry import (
-    CODES_BYTES, H, HEAD_WORDS, K, L, POOL_OFFSET_WORDS, R, SK_BYTES, SLOT_WORDS, SV_BYTES,
-    UQ_BYTES, V,
+    CODES_BYTES, ERROR_KINDS, H, HEAD_COUNTS, HEAD_WORDS, K, L, LAYOUTS, POOL_OFFSET_WORDS, R, REGION_WORDS, SK_BYTES, SV_BYTES, UQ_BYTES, V,
 )
+
+STATE_NAMES = ("raw", "kbuf", "ubuf", "gbuf", "w", "pcum", "hcnt")  # the tensors a pool's state is
+
+
+def state_specs(num_slots: int, heads: int = H, layout: str = "packed") -> dict:
+    """What a pool of ``num_slots`` slots and ``heads`` heads holds: ``{name: (dtype, shape,
+    initial value)}`` for ``STATE_NAMES``, the tensors ``Pool.from_tensors`` takes (an engine
+    allocates them from its own memory with these dtypes and shapes). Raises ValueError for an
+    unknown layout or a head count outside ``HEAD_COUNTS``."""
+    _check_heads(heads)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    NS = num_slots
+    raw = (NS, heads, REGION_WORDS) if layout == "packed" else (NS * (heads + 1) * HEAD_WORDS + POOL_OFFSET_WORDS,)
+    return {
+        "raw": (torch.float32, raw, 0),
+        "kbuf": (torch.bfloat16, (NS, heads, L, K), 0),
+        "ubuf": (torch.bfloat16, (NS, heads, L, V), 0),
+        "gbuf": (torch.float16, (NS, heads, L, K), 1),
+        "w": (torch.float32, (NS, heads, L), 0),
+        "pcum": (torch.float32, (NS, heads, K), 0),
+        "hcnt": (torch.int32, (NS, heads), 0),
+    }
+
+
+def slot_nbytes(heads: int = H, layout: str = "packed") -> int:
+    """Bytes one slot of a pool costs: its share of every state tensor and of the flush's
+    scratch (4 bytes a program). 1,034,496 at 32 heads, packed (an fp32 state: 2,097,152)."""
+    specs = state_specs(2, heads, layout)
+    per_two = sum(torch.empty((), dtype=dt).element_size() * _numel(shape) for dt, shape, _ in specs.values())
+    fixed = 4 * POOL_OFFSET_WORDS if layout == "request" else 0
+    return (per_two - fixed) // 2 + 4 * heads
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 class Pool:
-    """KDA recurrent states of ``num_slots`` sequence slots, stored as LeapQuant checkpoints.
+    """The recurrent states of ``num_slots`` sequence slots, each ``heads`` programs stored as
+    LeapQuant checkpoints plus their windows.
 
-    Attributes (``NS = num_slots``; slot 0 is reserved and never flushed):
-        raw: fp32 ``[NS * SLOT_WORDS + POOL_OFFSET_WORDS]``, zeros, holding every checkpoint.
-        codes: int8 view ``[NS, H, V, K]``; s_k: fp32 view ``[NS, H, K]``;
-        s_v: fp32 view ``[NS, H, V]``; uq: fp16 view ``[NS, H, R, K + V]``;
-        u, q: fp16 views ``uq[..., :K]`` ``[NS, H, R, K]`` and ``uq[..., K:]`` ``[NS, H, R, V]``.
-        kbuf: bf16 ``[NS, H, L, K]`` zeros; ubuf: bf16 ``[NS, H, L, V]`` zeros;
-        w: fp32 ``[NS, H, L]`` zeros; pcum: fp32 ``[NS, H, K]`` zeros;
-        gbuf: fp16 ``[NS, H, L, K]`` ones; hcnt: int32 ``[NS, H]`` zeros (the fill counter).
+    Args:
+        num_slots: slots, slot 0 included (reserved: never flushed; steps and writes on it are
+            no-ops or go nowhere useful, so padding may point there).
+        device: where the tensors live ("cuda", "cuda:1", "cpu").
+        heads: heads a slot holds, one of 1, 2, 4, 8, 16, 32 (32: Kimi-Linear's KDA layers on one
+            GPU; 16, 8, 4 with the heads split over 2, 4, 8 GPUs).
+        layout: ``"packed"`` (default, 1.03 MB a slot at 32 heads) or ``"request"`` (the
+            NVlabs/kda request's 64 KiB a head, byte-compatible with its harness, 2.57 MB a slot).
+        flush_ctas_per_sm: resident CTAs an SM of the pool's flush (None: the kernel's own; the
+            Gluon kernel runs 2, and 1 leaves half of each SM's shared memory to the kernels a
+            flush overlaps, see ``decode_inplace``).
 
-    On CUDA the flush and step kernels are chosen (``kernel``, ``step_kernel``: ``"gluon"`` or
-    ``"triton"``, see ``leapquant.kda.kernel.choose``), compiled and run on nothing due (slot 0)
-    when the pool is built: the step once, the flush once per flag-scan tile its pool calls may
-    use (``warm_up_slots``: four builds of the Gluon kernel, one of the portable one), so neither
-    ``flush_inplace`` nor ``step_inplace`` compiles. Raises ValueError if ``num_slots < 2``,
-    TypeError if ``num_slots`` is not an int; ValueError for a CUDA device when CUDA is not
-    available.
+    Attributes (``NS = num_slots``, ``NH = heads``):
+        raw: fp32, every checkpoint (its shape is the layout's, see ``state_specs``).
+        codes: int8 view ``[NS, NH, V, K]``; s_k: fp32 view ``[NS, NH, K]``; s_v: fp32 view
+        ``[NS, NH, V]``; uq: fp16 view ``[NS, NH, R, K + V]``; u, q: fp16 views ``uq[..., :K]``
+        and ``uq[..., K:]``.
+        kbuf: bf16 ``[NS, NH, L, K]``; ubuf: bf16 ``[NS, NH, L, V]``; gbuf: fp16 ``[NS, NH, L, K]``
+        (ones); w: fp32 ``[NS, NH, L]``; pcum: fp32 ``[NS, NH, K]``; hcnt: int32 ``[NS, NH]``
+        (the fill counter) -- the windows, zeros unless said.
+        errors: int32 ``[2]`` on the device, counts of ``ERROR_KINDS`` (``error_counts()`` reads
+        them: programs whose step met a full window never flushed, and out-of-domain states
+        ``write_state`` stored); nothing resets it but the caller (``errors.zero_()``).
+        nbytes: bytes of every tensor the pool holds (state and scratch).
+        kernel, step_kernel: the flush and step kernels this pool runs ("gluon" or "triton"; None
+        on CPU), and kernel_reason, why (``leapquant.kda.kernel.choose``).
+
+    On CUDA the kernels are chosen, compiled and run once on nothing due when the pool is built,
+    so that no later call compiles; where the Gluon kernels are not verified on this triton
+    release they first pass a self-check against the portable kernels (``kernel.self_check``).
+
+    Raises: TypeError if ``num_slots`` or ``heads`` is not an int; ValueError if ``num_slots <
+    2``, for an unknown layout or head count, or for a CUDA device when CUDA is not available.
 
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
     """
 
-    def __init__(self, num_slots: int, device="cuda"):
-        if isinstance(num_slots, bool) or not hasattr(num_slots, "__index__"):
-            raise TypeError(f"num_slots must be an int, got {type(num_slots).__name__}")
-        num_slots = operator.index(num_slots)
+    def __init__(self, num_slots: int, device="cuda", heads: int = H, layout: str = "packed",
+                 flush_ctas_per_sm: int | None = None):
+        num_slots = _check_count("num_slots", num_slots)
         if num_slots < 2:
             raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
+        heads = _check_count("heads", heads)
+        specs = state_specs(num_slots, heads, layout)
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device is cuda, but CUDA is not available: pass device='cpu'")
-        self.num_slots = num_slots
-        NS = num_slots
-        self.raw = torch.zeros(NS * SLOT_WORDS + POOL_OFFSET_WORDS, dtype=torch.float32, device=device)
+        tensors = {n: torch.full(shape, init, dtype=dt, device=device) for n, (dt, shape, init) in specs.items()}
+        self._bind(tensors, layout, flush_ctas_per_sm)
+
+    @classmethod
+    def from_tensors(cls, raw, kbuf, ubuf, gbuf, w, pcum, hcnt, flush_ctas_per_sm: int | None = None) -> "Pool":
+        """A packed-layout pool on tensors the caller owns (an engine's state cache), checked once
+        here against ``state_specs(num_slots, heads)``: dtypes, shapes, one CUDA or CPU device,
+        contiguous, ``raw`` 128-byte aligned on CUDA (16 on CPU). ``num_slots`` and ``heads`` are read off
+        ``hcnt`` ``[NS, NH]``. The contents are the caller's (``write_state`` a slot before its
+        first step); the pool writes only what its calls write. Scratch of its own (the flush's
+        picks, 4 bytes a program, and the error counter) is allocated here.
+
+        Raises TypeError for a non-tensor or a wrong dtype, ValueError for a wrong shape, a
+        head count outside ``HEAD_COUNTS``, mixed devices, a non-contiguous or misaligned
+        tensor, fewer than 2 slots."""
+        given = dict(raw=raw, kbuf=kbuf, ubuf=ubuf, gbuf=gbuf, w=w, pcum=pcum, hcnt=hcnt)
+        for name, t in given.items():
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if hcnt.dim() != 2:
+            raise ValueError(f"hcnt must have shape [num_slots, heads], got {list(hcnt.shape)}")
+        num_slots, heads = hcnt.shape
+        if num_slots < 2:
+            raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
+        for name, (dtype, shape, _) in state_specs(num_slots, heads).items():
+            t = given[name]
+            if t.dtype != dtype:
+                raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
+            if tuple(t.shape) != shape:
+                raise ValueError(f"{name} must have shape {list(shape)}, got {list(t.shape)}")
+            if t.device != hcnt.device:
+                raise ValueError(f"{name} is on {t.device}, but hcnt is on {hcnt.device}")
+            if not t.is_contiguous():
+                raise ValueError(f"{name} must be contiguous")
+        align = 128 if raw.is_cuda else 16  # (CPU allocations are 64-byte aligned; the interpreter copies 16 bytes)
+        if raw.data_ptr() % align:
+            raise ValueError(f"raw must be {align}-byte aligned (each checkpoint region starts on such a boundary)")
+        pool = cls.__new__(cls)
+        pool._bind(given, "packed", flush_ctas_per_sm)
+        return pool
+
+    def _bind(self, tensors: dict, layout: str, flush_ctas_per_sm: int | None):
+        for name in STATE_NAMES:
+            setattr(self, name, tensors[name])
+        self.layout = layout
+        self.flush_ctas_per_sm = flush_ctas_per_sm
+        self.num_slots, self.heads = self.hcnt.shape
         self.device = dev = self.raw.device  # "cuda" resolved to "cuda:N", as tensors report it
-        self.codes = self._view(torch.int8, (NS, H, V, K), (K, 1), CODES_BYTES)
-        self.s_k = self._view(torch.float32, (NS, H, K), (1,), SK_BYTES)
-        self.s_v = self._view(torch.float32, (NS, H, V), (1,), SV_BYTES)
-        self.uq = self._view(torch.float16, (NS, H, R, K + V), (K + V, 1), UQ_BYTES)
+        self.codes, self.s_k, self.s_v, self.uq = checkpoint_views(self.raw, self.num_slots, self.heads, layout)
         self.u = self.uq[..., :K]
         self.q = self.uq[..., K:]
-        self.kbuf = torch.zeros(NS, H, L, K, dtype=torch.bfloat16, device=dev)
-        self.ubuf = torch.zeros(NS, H, L, V, dtype=torch.bfloat16, device=dev)
-        self.w = torch.zeros(NS, H, L, dtype=torch.float32, device=dev)
-        self.pcum = torch.zeros(NS, H, K, dtype=torch.float32, device=dev)
-        self.gbuf = torch.ones(NS, H, L, K, dtype=torch.float16, device=dev)
-        self.hcnt = torch.zeros(NS, H, dtype=torch.int32, device=dev)
-        self.kernel = self.step_kernel = None  # CPU: the PyTorch flush and step
+        self.errors = torch.zeros(len(ERROR_KINDS), dtype=torch.int32, device=dev)
+        self.kernel = self.step_kernel = self.kernel_reason = None  # CPU: the PyTorch flush and step
+        self.picks = None
         if dev.type == "cuda":
+            from .kernel import choose_for_pool
             from .launch import pick_words
-            from .kernel import choose
 
-            self.kernel = choose(dev)  # picked once each, for the pool's life
-            self.step_kernel = choose(dev, "step")
-            self.picks = torch.empty(pick_words(NS, dev), dtype=torch.int32, device=dev)  # kernel scratch
+            self.picks = torch.empty(pick_words(self.hcnt.numel(), dev), dtype=torch.int32, device=dev)  # scratch
+            self.kernel, self.step_kernel, self.kernel_reason = choose_for_pool(self)
             self._warm_up()
 
-    def _view(self, dtype, shape, inner_strides, byte_offset):
-        # strides and offsets in units of dtype; a slot spans SLOT_WORDS words, a head V*K words
-        per_word = 4 // torch.empty((), dtype=dtype).element_size()
-        strides = (SLOT_WORDS * per_word, HEAD_WORDS * per_word, *inner_strides)
-        offset = POOL_OFFSET_WORDS * per_word + byte_offset * per_word // 4
-        return self.raw.view(dtype).as_strided(shape, strides, offset)
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every tensor this pool holds: its state (``STATE_NAMES``) and scratch."""
+        own = [getattr(self, n) for n in STATE_NAMES] + [self.errors] + ([self.picks] if self.picks is not None else [])
+        return sum(t.numel() * t.element_size() for t in own)
 
     @property
     def checkpoint(self):
-        """``(codes, s_k, s_v, u, q)`` views, ``[NS, H, ...]``."""
+        """``(codes, s_k, s_v, u, q)`` views, ``[NS, NH, ...]``."""
         return self.codes, self.s_k, self.s_v, self.u, self.q
 
     @property
     def window(self):
-        """``(kbuf, ubuf, gbuf, w, pcum)``, ``[NS, H, ...]``."""
+        """``(kbuf, ubuf, gbuf, w, pcum)``, ``[NS, NH, ...]``."""
         return self.kbuf, self.ubuf, self.gbuf, self.w, self.pcum
+
+    def error_counts(self) -> dict:
+        """``{kind: count}`` of ``errors`` (``ERROR_KINDS``); reads the device counter (a host
+        synchronisation: call it where the engine can afford one, not per token)."""
+        return dict(zip(ERROR_KINDS, self.errors.tolist()))
 
     def check_index(self, idx: torch.Tensor) -> None:
         """Check slot ids on the host (synchronises). ``idx``: integer tensor ``[N]`` of slot
         ids (entries <= 0 are padding and may repeat), on any device.
 
         Raises TypeError if ``idx`` is not an integer tensor; ValueError for an id >= num_slots or a
-        positive id given twice. ``flush_inplace`` and ``step_inplace`` trust ``idx`` and do not
-        check its values (that would synchronise); call this where an engine builds ``idx``.
+        positive id given twice. The in-place calls trust ``idx`` and do not check its values
+        (that would synchronise); call this where an engine builds ``idx``, or pass ``check=True``
+        to ``write_state``.
         Source: SPEC section 7 (NVlabs/kda request conless-leapquant-kda-flush)."""
         if not isinstance(idx, torch.Tensor):
             raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
@@ -123,48 +229,98 @@ class Pool:
         idx = torch.zeros(1, dtype=torch.int32, device=dev)
         # the flush once per flag-scan tile a call may use, so that no later call compiles (the
         # interpreter compiles nothing: one launch)
-        for slots in warm_up_slots(self.kernel) if dev.type == "cuda" else [1]:
+        for slots in warm_up_slots(self.kernel, self.heads) if dev.type == "cuda" else [1]:
             launch_flush(self.checkpoint, self.checkpoint, self.window, q0, idx=idx.new_zeros(slots),
-                         hcnt=self.hcnt, picks=self.picks, kernel=self.kernel)
-        mixed = torch.zeros(1, MIXED_WIDTH, dtype=torch.bfloat16, device=dev)
-        hk = H * K
-        token = (mixed[:, :hk], mixed[:, hk:2 * hk], mixed[:, 2 * hk:],
-                 torch.zeros(1, H, K, dtype=torch.bfloat16, device=dev), torch.zeros(1, H, dtype=torch.bfloat16, device=dev))
-        o = torch.empty(1, H, V, dtype=torch.bfloat16, device=dev)
-        launch_step(self.checkpoint, self.window, self.hcnt, token, torch.zeros(H, device=dev),
-                    torch.zeros(H, K, device=dev), o, idx=idx, kernel=self.step_kernel)
+                         hcnt=self.hcnt, picks=self.picks, kernel=self.kernel, ctas_per_sm=self.flush_ctas_per_sm)
+        launch_step(self.checkpoint, self.window, self.hcnt, empty_token(1, self.heads, dev), torch.zeros(self.heads, device=dev),
+                    torch.zeros(self.heads, K, device=dev), torch.empty(1, self.heads, V, dtype=torch.bfloat16, device=dev),
+                    idx=idx, errors=self.errors, guard_full=self.layout == "packed", kernel=self.step_kernel)
         if dev.type == "cuda":  # (the interpreted tests run this on a CPU pool)
             torch.cuda.synchronize(dev)
 
 
-def warm_up_slots(kernel: str) -> list[int]:
+def checkpoint_views(raw: torch.Tensor, num_slots: int, heads: int, layout: str) -> tuple:
+    """``(codes, s_k, s_v, uq)``: the checkpoint views of a pool's ``raw`` in ``layout``,
+    ``[NS, NH, V, K]`` int8, ``[NS, NH, K]`` and ``[NS, NH, V]`` fp32, ``[NS, NH, R, K + V]`` fp16
+    (``u = uq[..., :K]``, ``q = uq[..., K:]``). Strides in elements of each dtype: a slot spans
+    ``heads`` regions (packed) or ``heads + 1`` (request), a region ``REGION_WORDS`` (packed) or
+    ``V * K`` words (request)."""
+    if layout == "packed":
+        slot_words, head_words, offset_words = heads * REGION_WORDS, REGION_WORDS, 0
+    else:
+        slot_words, head_words, offset_words = (heads + 1) * HEAD_WORDS, HEAD_WORDS, POOL_OFFSET_WORDS
+    flat = raw.view(-1)
+
+    def view(dtype, shape, inner_strides, byte_offset):
+        size = torch.empty((), dtype=dtype).element_size()
+        per_word = 4 // size
+        strides = (slot_words * per_word, head_words * per_word, *inner_strides)
+        return flat.view(dtype).as_strided(shape, strides, (offset_words * 4 + byte_offset) // size)
+
+    NS, NH = num_slots, heads
+    return (view(torch.int8, (NS, NH, V, K), (K, 1), CODES_BYTES), view(torch.float32, (NS, NH, K), (1,), SK_BYTES),
+            view(torch.float32, (NS, NH, V), (1,), SV_BYTES), view(torch.float16, (NS, NH, R, K + V), (K + V, 1), UQ_BYTES))
+
+
+def empty_token(n: int, heads: int, device) -> tuple:
+    """``(qx, kx, vx, a, b)`` of ``n`` zero rows: the views of one ``mixed`` row a step takes."""
+    from .format import mixed_width
+
+    mixed = torch.zeros(n, mixed_width(heads), dtype=torch.bfloat16, device=device)
+    return (*split_mixed(mixed, heads), torch.zeros(n, heads, K, dtype=torch.bfloat16, device=device),
+            torch.zeros(n, heads, dtype=torch.bfloat16, device=device))
+
+
+def split_mixed(mixed: torch.Tensor, heads: int) -> tuple:
+    """``(qx, kx, vx)``: the views of ``mixed`` ``[N, 2 heads K + heads V]`` rows ``(q | k | v)``."""
+    hk = heads * K
+    return mixed[:, :hk], mixed[:, hk : 2 * hk], mixed[:, 2 * hk :]
+
+
+def warm_up_slots(kernel: str, heads: int = H) -> list[int]:
     """Lengths of the padding ``idx`` (ids 0: nothing due) ``Pool._warm_up`` flushes with on a
     CUDA pool whose flush kernel is ``kernel`` ("gluon" or "triton"): one a flag-scan tile its
     pool calls may use (``pool_tiles()`` of the kernel's module; the Gluon kernel picks one by
     the call's candidates, ``launch.flag_tile``), so that every build compiles with the pool."""
     from .kernel import module
 
-    return [max(tile // H, 1) for tile in module(kernel).pool_tiles()]
+    return [max(tile // heads, 1) for tile in module(kernel).pool_tiles()]
+
+
+def _check_count(name: str, value) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return operator.index(value)
+
+
+def _check_heads(heads: int) -> None:
+    if heads not in HEAD_COUNTS:
+        raise ValueError(f"heads must be one of {HEAD_COUNTS}, got {heads}")
 
 
 def check_call(pool, idx) -> None:
-    """The checks every in-place call makes on its pool and slot ids (``flush_inplace``,
-    ``step_inplace``, ``write_state``), without reading the ids' values (no host sync):
-    TypeError unless ``pool`` is a ``Pool`` of this package and ``idx`` an int32 tensor;
-    ValueError unless ``idx`` is 1-D, contiguous and on the pool's device."""
+    """The checks every in-place call makes on its pool and slot ids, without reading the ids'
+    values (no host sync): TypeError unless ``pool`` is a ``Pool`` of this package and ``idx`` an
+    int32 tensor; ValueError unless ``idx`` is 1-D, contiguous and on the pool's device."""
     if not isinstance(pool, Pool):
         raise TypeError(f"pool must be a {Pool.__module__}.Pool, got {type(pool).__module__}.{type(pool).__qualname__}"
                         " (a Pool of another copy of the package?)")
+    check_index_tensor("idx", idx, pool)
+
+
+def check_index_tensor(name: str, idx, pool: Pool) -> None:
+    """TypeError unless ``idx`` is an int32 tensor; ValueError unless it is 1-D, contiguous and
+    on the pool's device."""
     if not isinstance(idx, torch.Tensor):
-        raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(idx).__name__}")
     if idx.dtype != torch.int32:
-        raise TypeError(f"idx must have dtype torch.int32, got {idx.dtype}")
+        raise TypeError(f"{name} must have dtype torch.int32, got {idx.dtype}")
     if idx.dim() != 1:
-        raise ValueError(f"idx must be 1-D, got shape {list(idx.shape)}")
+        raise ValueError(f"{name} must be 1-D, got shape {list(idx.shape)}")
     if idx.device != pool.device:
-        raise ValueError(f"idx is on {idx.device}, but the pool is on {pool.device}")
+        raise ValueError(f"{name} is on {idx.device}, but the pool is on {pool.device}")
     if not idx.is_contiguous():
-        raise ValueError("idx must be contiguous")
+        raise ValueError(f"{name} must be contiguous")
 
 
 def check_on_pool(name: str, t, dtype: torch.dtype, shape: tuple[int, ...], pool: Pool, dense: bool = True) -> None:

@@ -70,8 +70,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-from ..geometry import ILL_COLUMN, H, K
+from ..geometry import ILL_COLUMN, K
 from ..fp32_bits import clamped_exponent, exponent, pow2
+from ..gluon_compat import async_load, reinterpret, thread_barrier
 from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flag_tile, flag_tiles,
                       flush_arguments, pool_picks, resident_ctas)
 
@@ -510,7 +511,7 @@ def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, TRANS
     parts, the window rows' (b_s) and the token rows' (bt_s, zero from row 2R on) as two operands
     against KU^T in two parts (or the exact A^T)."""
     TOKEN_ROWS: gl.constexpr = 8  # 2R: the tokens twice (KU) or q in two parts (A)
-    gl.thread_barrier()  # every warp's earlier products have read x_s and b_s, its factors are written
+    thread_barrier()  # every warp's earlier products have read x_s and b_s, its factors are written
     if TRANSPOSE:
         inner = vec_s[SV_ROW].load(VEC)
         rows = win_s.slice(0, NL).load(DOT_ROWS).to(gl.float32)  # A's window rows (ubuf)
@@ -526,7 +527,7 @@ def thin_products(x0, x1, x2, x3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, TRANS
     _store_low_rank_dots(bt_s.slice(0, TOKEN_ROWS), token_rows,
                          gl.convert_layout(x, gl.SliceLayout(0, TOKEN_DOTS), assert_trivial=True), TOKEN_PARTIALS)
     fence_async_shared()
-    gl.thread_barrier()
+    thread_barrier()
     zero = gl.zeros([NN, THIN], gl.float32, ACC_THIN)
     if TRANSPOSE:
         acc = warpgroup_mma(c_s.permute((1, 0)), x_s.permute((1, 0)), zero, is_async=True)  # C^T (s_v x)
@@ -609,7 +610,7 @@ def _prefetch(
     prog = slot * NH + head
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))[:, None]
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, BYTES))[None, :]
-    async_copy.async_copy_global_to_shared(st_codes, codes_in + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
+    async_load(st_codes, codes_in + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
     jh = gl.arange(0, NL, layout=gl.SliceLayout(1, HALVES))[:, None]
     nh = gl.arange(0, NK, layout=gl.SliceLayout(0, HALVES))[None, :]
     # the window in reversed entry order (row r holds entry j = L-1-r; the sums over entries do
@@ -617,20 +618,20 @@ def _prefetch(
     # ones, then gbuf rows L-1 .. 1.
     j = NL - 1 - jh
     g_after = gl.where(jh > 0, gbuf + prog * (NL * NK) + (j + 1) * NK + nh, ones + nh)
-    async_copy.async_copy_global_to_shared(st_gbuf, g_after)
-    async_copy.async_copy_global_to_shared(st_kbuf, kbuf + prog * (NL * NK) + j * NK + nh)
-    async_copy.async_copy_global_to_shared(st_ubuf, ubuf + prog * (NL * NV) + j * NV + nh)
+    async_load(st_gbuf, g_after)
+    async_load(st_kbuf, kbuf + prog * (NL * NK) + j * NK + nh)
+    async_load(st_ubuf, ubuf + prog * (NL * NV) + j * NV + nh)
     jr = gl.arange(0, NR, layout=gl.SliceLayout(1, TOKEN_COPY))[:, None]
     nr = gl.arange(0, NK, layout=gl.SliceLayout(0, TOKEN_COPY))[None, :]
     u_rows = u_in + slot * U_SLOT + head * U_HEAD + jr * U_ROW + nr
     q_rows = q_in + slot * Q_SLOT + head * Q_HEAD + jr * Q_ROW + nr
-    async_copy.async_copy_global_to_shared(st_u, u_rows)
-    async_copy.async_copy_global_to_shared(st_q, q_rows)
+    async_load(st_u, u_rows)
+    async_load(st_q, q_rows)
     n = gl.arange(0, NK, layout=WORDS)
-    async_copy.async_copy_global_to_shared(st_pcum, pcum + prog * NK + n)
-    async_copy.async_copy_global_to_shared(st_sk, sk_in + slot * SK_SLOT + head * SK_HEAD + n)
-    async_copy.async_copy_global_to_shared(st_sv, sv_in + slot * SV_SLOT + head * SV_HEAD + n)
-    async_copy.async_copy_global_to_shared(st_w, w + prog * NL + (NL - 1 - gl.arange(0, NL, layout=WORDS)))
+    async_load(st_pcum, pcum + prog * NK + n)
+    async_load(st_sk, sk_in + slot * SK_SLOT + head * SK_HEAD + n)
+    async_load(st_sv, sv_in + slot * SV_SLOT + head * SV_HEAD + n)
+    async_load(st_w, w + prog * NL + (NL - 1 - gl.arange(0, NL, layout=WORDS)))
     async_copy.commit_group()
 
 
@@ -713,7 +714,7 @@ def _flush_program(
     # before this one's last thin product)
     st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     async_copy.wait_group(0)
-    gl.thread_barrier()  # every thread's copies have landed; the previous program is done with every buffer
+    thread_barrier()  # every thread's copies have landed; the previous program is done with every buffer
     g_after = st_gbuf.load(WIN)
     keys = st_kbuf.load(WIN).to(gl.float32)
     wj = st_w.load(gl.SliceLayout(1, WIN))
@@ -771,7 +772,7 @@ def _flush_program(
     new_u_s.store(u_new)
     new_q_s.store(-q_new)
     fence_async_shared()
-    gl.thread_barrier()
+    thread_barrier()
 
     e = residual(c_s, win_s, ku_s, new_u_s, new_q_s, vec_s, NV, NK, NL, QM)
     codes_new, s_k_new, s_v_new = scales_and_codes(e, NV, QM, SCALE_MIN, MAGIC, MAGIC_BITS)
@@ -796,7 +797,7 @@ def _staging_buffer(NV: gl.constexpr, NK: gl.constexpr):
 @gluon.jit
 def _stage_words(stage_s, NV: gl.constexpr, NK: gl.constexpr):
     # the staging buffer's last 2 KB as [4 N] fp32 words
-    return stage_s._reinterpret(gl.float32, [NV * NK // 2], PLAIN1).slice(NV * NK // 2 - 4 * NK, 4 * NK)
+    return reinterpret(stage_s, gl.float32, [NV * NK // 2], PLAIN1).slice(NV * NK // 2 - 4 * NK, 4 * NK)
 
 
 @gluon.jit
@@ -806,9 +807,9 @@ def _stage_views(stage_s, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, 
     # (12 KB), the tokens once (2 KB), then [N] fp32 words (2 KB: pcum, s_k, s_v, w and a spare
     # quarter that ``_keep_staged`` writes)
     gl.static_assert(NV * NK + 3 * NL * NK * 2 + 2 * NR * NK * 2 + 4 * NK * 4 == NV * NK * 2)
-    halves = stage_s._reinterpret(gl.float16, [NV, NK], PLAIN)
+    halves = reinterpret(stage_s, gl.float16, [NV, NK], PLAIN)
     words = _stage_words(stage_s, NV, NK)
-    return (stage_s._reinterpret(gl.int8, [2 * NV, NK], PLAIN).slice(0, NV), halves.slice(4 * NL, NL),
+    return (reinterpret(stage_s, gl.int8, [2 * NV, NK], PLAIN).slice(0, NV), halves.slice(4 * NL, NL),
             stage_s.slice(5 * NL, NL), stage_s.slice(6 * NL, NL), halves.slice(7 * NL, NR), halves.slice(7 * NL + NR, NR),
             words.slice(0, NK), words.slice(NK, NK), words.slice(2 * NK, NV), words.slice(3 * NK, NL))
 
@@ -820,8 +821,7 @@ def _keep_staged(stage_s, pcum, NV: gl.constexpr, NK: gl.constexpr, NL: gl.const
     # nothing reads), no global read
     gl.static_assert(NL <= NK // 2)  # w (words 3 N .. 3 N + L) ends before the zero fill
     n = gl.arange(0, NK // 4, layout=WORDS)
-    async_copy.async_copy_global_to_shared(_stage_words(stage_s, NV, NK).slice(3 * NK + NK // 2, NK // 4), pcum + n,
-                                           mask=n < 0)
+    async_load(_stage_words(stage_s, NV, NK).slice(3 * NK + NK // 2, NK // 4), pcum + n, mask=n < 0)
     async_copy.commit_group()
 
 
@@ -839,7 +839,7 @@ def _set_up_buffers(q0, q0_s, win_s, ku_s, bt_s, NV: gl.constexpr, NL: gl.conste
     ku_s.slice(LOW_RANK + NL + 2 * NR, LOW_RANK - NL - 2 * NR).store(zero)
     bt_s.slice(2 * NR, LOW_RANK - NL - 2 * NR).store(gl.zeros([LOW_RANK - NL - 2 * NR, THIN], gl.bfloat16, ROW8))
     fence_async_shared()
-    gl.thread_barrier()
+    thread_barrier()
 
 
 @gluon.jit(do_not_specialize=["q0", "idx", "num_programs", "picks", "pick_stride"])  # no recompile per call
@@ -900,7 +900,7 @@ def _flush_kernel(
                 gl.store(mine + (first_rank + take) // G, slot_w * NH + _nth_set_bit(bits, take + 1),
                          mask=take < per_slot)
             count += found
-        gl.thread_barrier()  # the picks are written by other threads of this CTA
+        thread_barrier()  # the picks are written by other threads of this CTA
         fence_async_shared()
         n = gl.cdiv(count - pid, G)
         start = 0  # i: the CTA's picks in order
@@ -943,19 +943,22 @@ def pool_tiles() -> list[int]:
     return flag_tiles(FLAG_TILE)
 
 
-def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None):
+def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None, ctas_per_sm: int = CTAS_PER_SM):
     """Launch the Gluon flush kernel; arguments and semantics as ``flush.launch_flush``.
 
-    Both modes run on resident CTAs: a pool call ranks the due programs and shares them out, a
-    functional call strides over the batch. Needs an sm_90 device and a triton release in
-    ``VERIFIED_TRITON`` (``kernel.choose`` checks both). Returns the launched kernel object, or
+    Both modes run on resident CTAs, ``ctas_per_sm`` an SM (1 or 2; 1 leaves half of each SM's
+    shared memory to the kernels it runs beside): a pool call ranks the due programs and shares
+    them out, a functional call strides over the batch. Needs an sm_90 device and a triton
+    release the kernel runs under (``kernel.decide``). Returns the launched kernel object, or
     None for an empty launch.
     """
+    if not 1 <= ctas_per_sm <= MOST_CTAS_PER_SM:
+        raise ValueError(f"ctas_per_sm must be 1 .. {MOST_CTAS_PER_SM}, got {ctas_per_sm}")
     in_place = idx is not None
-    num_programs = (idx.numel() if in_place else ckpt_in[0].shape[0]) * H
+    num_programs = (idx.numel() if in_place else ckpt_in[0].shape[0]) * ckpt_in[0].shape[1]
     if num_programs == 0:
         return None
-    grid = (resident_ctas(q0.device, CTAS_PER_SM),)
+    grid = (resident_ctas(q0.device, ctas_per_sm),)
     dummy = q0  # unused pointer arguments in functional mode
     picks, pick_stride = pool_picks(num_programs, hcnt, grid[0], picks) if in_place else (dummy, 0)
     tile = flag_tile(num_programs, FLAG_TILE) if in_place else FLAG_TILE  # one of pool_tiles() in a pool

@@ -47,8 +47,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import async_copy
 
-from ..geometry import STEP_DIGIT_BITS, STEP_DIGITS, STEP_EXPONENT_RANGE, H
+from ..geometry import STEP_DIGIT_BITS, STEP_DIGITS, STEP_EXPONENT_RANGE
 from ..fp32_bits import clamped_exponent, pow2
+from ..gluon_compat import async_load, thread_barrier
 from ..launch import GLUON_VERIFIED_TRITON, STEP_UNSPECIALISED, step_arguments
 from .tl_common import entry_decay, round_bf16, token_side, write_entry
 
@@ -160,6 +161,7 @@ def _step_kernel(
     qx, kx, vx, a, b, A_log, dt_bias,  # this token and the gate's parameters
     o, k_row, u_row, g_row, w_new, pcum_new,  # outputs (pool form: only o; the rest go to the window)
     idx,  # pool form: int32 [N] slot ids (<= 0: no sequence)
+    errors,  # pool form: the pool's int32 error counter (ERROR_KINDS: word 0 counts full windows)
     qk_row, v_row,  # element row strides of qx and kx (one) and of vx; a mixed row's stride for both
     C_SLOT: gl.constexpr, C_HEAD: gl.constexpr,  # element strides of the checkpoint tensors
     SK_SLOT: gl.constexpr, SK_HEAD: gl.constexpr,
@@ -167,6 +169,7 @@ def _step_kernel(
     U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
     Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
     IN_PLACE: gl.constexpr,  # pool form
+    GUARD_FULL: gl.constexpr,  # pool form, packed layout: a full window never flushed is kept and counted
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
     QM: gl.constexpr, NORM_EPS: gl.constexpr, SCALE: gl.constexpr, SP_THRESHOLD: gl.constexpr,
     BETA_SMALL: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
@@ -204,7 +207,7 @@ def _step_kernel(
     digits_s = gl.allocate_shared_memory(gl.int8, [THIN_COLS, NK], CODES_STAGE)
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, COPY_BYTES))[:, None]
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_BYTES))[None, :]
-    async_copy.async_copy_global_to_shared(codes_s, codes + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
+    async_load(codes_s, codes + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
     h = gl.load(fill + prog)
     s_vr = gl.load(s_v + slot * SV_SLOT + head * SV_HEAD + n)
     s_kr = gl.load(s_k + slot * SK_SLOT + head * SK_HEAD + n)
@@ -214,19 +217,24 @@ def _step_kernel(
     uu = gl.load(u + slot * U_SLOT + head * U_HEAD + rt[:, None] * U_ROW + nt[None, :])
     qq = gl.load(q + slot * Q_SLOT + head * Q_HEAD + rt[:, None] * Q_ROW + nt[None, :])
     vt = gl.load(vx + tok * v_row + head * NV + n).to(gl.float32)
+    full = False
+    if GUARD_FULL:  # hcnt == L with entry L - 1 (row 0 of jw's order) still weighted: full, never flushed
+        full = (h >= NL) & (gl.sum(gl.where(jw == NL - 1, w_all, 0.0), axis=0) != 0.0)
     h = gl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
+    if GUARD_FULL:
+        h = gl.where(full, NL, h)  # every entry live: the output still sees the whole window
     jc = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, COPY_HALVES))[:, None]
     nh = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_HALVES))[None, :]
     live_rows = (jc < h) & (nh >= 0)  # entries 0 .. h-1; the gates of entries 1 .. h-1
-    async_copy.async_copy_global_to_shared(keys_s, kbuf + kwin + jc * NK + nh, mask=live_rows)
-    async_copy.async_copy_global_to_shared(gates_s, gbuf + kwin + (jc + 1) * NK + nh, mask=((jc + 1) < h) & (nh >= 0))
-    async_copy.async_copy_global_to_shared(vals_s, ubuf + vwin + jc * NV + nh, mask=live_rows)
+    async_load(keys_s, kbuf + kwin + jc * NK + nh, mask=live_rows)
+    async_load(gates_s, gbuf + kwin + (jc + 1) * NK + nh, mask=((jc + 1) < h) & (nh >= 0))
+    async_load(vals_s, ubuf + vwin + jc * NV + nh, mask=live_rows)
     async_copy.commit_group()
     kn, qn, kq, g, en, beta, pcum_n, pc, f, mk, mq = token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_kr, tok, qk_row,
                                                                 head, prog, n, NH, NK, NORM_EPS, SCALE, SP_THRESHOLD,
                                                                 BETA_SMALL, QM)
     async_copy.wait_group(0)
-    gl.thread_barrier()
+    thread_barrier()
     keys = keys_s.load(WIN)
     g_after = gates_s.load(WIN)
     vals = vals_s.load(WIN)
@@ -261,12 +269,15 @@ def _step_kernel(
 
     # the appended entry (pool form) or the fresh outputs
     if IN_PLACE:
-        gl.thread_barrier()  # every thread has read the window, pcum and the fill count
-    write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, n, jw,
-                kn, u_new, en, pcum_n, w_all, IN_PLACE, NK, NV, NL)
+        thread_barrier()  # every thread has read the window, pcum and the fill count
+    if full:  # nothing appended: the window stays as it is, the program is counted
+        gl.atomic_add(errors, 1)
+    else:
+        write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, n, jw,
+                    kn, u_new, en, pcum_n, w_all, IN_PLACE, NK, NV, NL)
 
 
-def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None):
+def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None, guard_full=False):
     """Launch the Gluon decode-step kernel; arguments and semantics as
     ``step.triton_kernel.launch_step``. Needs an sm_90 device and a triton release in
     ``VERIFIED_TRITON`` (``kernel.choose`` checks both). Returns the launched kernel object, or
@@ -275,5 +286,6 @@ def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None
     if n_rows == 0:
         return None
     with torch.cuda.device(o.device):
-        return _step_kernel[(n_rows * H,)](**step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx),
-                                           num_warps=NUM_WARPS, maxnreg=MAX_REGISTERS)
+        return _step_kernel[(n_rows * o.shape[1],)](
+            **step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx, errors, guard_full),
+            num_warps=NUM_WARPS, maxnreg=MAX_REGISTERS)

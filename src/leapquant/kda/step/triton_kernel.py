@@ -45,7 +45,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..geometry import H
 from ..launch import STEP_UNSPECIALISED, step_arguments
 from .tl_common import entry_decay, round_bf16, token_side, write_entry
 
@@ -67,6 +66,7 @@ def _step_kernel(
     qx, kx, vx, a, b, A_log, dt_bias,  # this token and the gate's parameters
     o, k_row, u_row, g_row, w_new, pcum_new,  # outputs (pool form: only o; the rest go to the window)
     idx,  # pool form: int32 [N] slot ids (<= 0: no sequence)
+    errors,  # pool form: the pool's int32 error counter (ERROR_KINDS: word 0 counts full windows)
     qk_row, v_row,  # element row strides of qx and kx (one) and of vx; a mixed row's stride for both
     C_SLOT: tl.constexpr, C_HEAD: tl.constexpr,  # element strides of the checkpoint tensors
     SK_SLOT: tl.constexpr, SK_HEAD: tl.constexpr,
@@ -74,6 +74,7 @@ def _step_kernel(
     U_SLOT: tl.constexpr, U_HEAD: tl.constexpr, U_ROW: tl.constexpr,
     Q_SLOT: tl.constexpr, Q_HEAD: tl.constexpr, Q_ROW: tl.constexpr,
     IN_PLACE: tl.constexpr,  # pool form
+    GUARD_FULL: tl.constexpr,  # pool form, packed layout: a full window never flushed is kept and counted
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr, NR: tl.constexpr,
     QM: tl.constexpr, NORM_EPS: tl.constexpr, SCALE: tl.constexpr, SP_THRESHOLD: tl.constexpr,
     BETA_SMALL: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
@@ -103,7 +104,12 @@ def _step_kernel(
     # not read, so a pool's stale rows may hold anything, NaN included), so that a program moves
     # 23,118 B at h = 1 and 33,870 B at h = L - 1
     h = tl.load(fill + prog)
+    full = False
+    if GUARD_FULL:  # hcnt == L with entry L - 1 still weighted: full, never flushed
+        full = (h >= NL) & (tl.load(w + prog * NL + NL - 1, mask=h >= NL, other=0.0) != 0.0)
     h = tl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
+    if GUARD_FULL:
+        h = tl.where(full, NL, h)  # every entry live: the output still sees the whole window
     live = j < h
     cb = tl.load(codes + slot * C_SLOT + head * C_HEAD + v[:, None] * NK + k[None, :])  # [V, K] int8
     s_kr = tl.load(s_k + slot * SK_SLOT + head * SK_HEAD + k)
@@ -143,11 +149,14 @@ def _step_kernel(
     # the appended entry (pool form) or the fresh outputs
     if IN_PLACE:
         tl.debug_barrier()  # every thread has read the window, pcum and the fill count
-    write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, k, j,
-                kn, u_new, en, pcum_n, w_all, IN_PLACE, NK, NV, NL)
+    if full:  # nothing appended: the window stays as it is, the program is counted
+        tl.atomic_add(errors, 1)
+    else:
+        write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, k, j,
+                    kn, u_new, en, pcum_n, w_all, IN_PLACE, NK, NV, NL)
 
 
-def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None):
+def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None, guard_full=False):
     """Launch the decode step kernel on the tensors' device (CUDA, or CPU under
     ``TRITON_INTERPRET=1``); no host synchronisation, no allocation.
 
@@ -164,11 +173,16 @@ def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None
     outputs ``[S, H, ...]``, written; the inputs are not. Pool form (``idx``: int32 ``[N]``,
     dense): ``new`` is None; program ``(i, head)`` with ``idx[i] > 0`` appends to the window of
     slot ``idx[i]`` in place and advances ``fill``; ``idx[i] <= 0`` zeroes row ``i`` of ``o``.
+    ``errors``: the pool's int32 counter; with ``guard_full`` (the packed layout), a program
+    whose window is full and was never flushed (``fill == L``, ``w[L - 1] != 0``) gets its
+    output from the whole window, appends nothing and adds 1 to ``errors[0]``; without it
+    ``fill == L`` reads as an empty window (the request layout's "just flushed").
     Returns Triton's launched kernel object, or None for an empty launch.
     """
     n_rows = token[3].shape[0]
     if n_rows == 0:
         return None
     with torch.cuda.device(o.device) if o.is_cuda else contextlib.nullcontext():
-        return _step_kernel[(n_rows * H,)](**step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx),
-                                           num_warps=NUM_WARPS, num_stages=1)
+        return _step_kernel[(n_rows * o.shape[1],)](
+            **step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx, errors, guard_full),
+            num_warps=NUM_WARPS, num_stages=1)
