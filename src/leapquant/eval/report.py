@@ -28,7 +28,8 @@ CPU_PATH_NOTE = ("no CUDA device: judging the CPU paths (the fp32 PyTorch flush 
 
 def environment(device: torch.device) -> dict:
     """Date, machine, GPU, library versions and the kernels that run the flush (``kernel``) and the
-    step (``step_kernel``) (``kernel.choose``), for every JSON the reports write."""
+    step (``step_kernel``) with why (``kernel_reason``, ``step_kernel_reason``; ``kernel.decide``),
+    for every JSON the reports write."""
     env = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(),
@@ -46,10 +47,14 @@ def environment(device: torch.device) -> dict:
         p = torch.cuda.get_device_properties(device)
         env.update(gpu=p.name, sm_count=p.multi_processor_count, cuda=torch.version.cuda,
                    capability=f"{p.major}.{p.minor}")
-    from ..kda.kernel import choose
+    from ..kda.kernel import decide
 
-    env["kernel"] = choose(device) if device.type == "cuda" else "cpu (PyTorch flush)"
-    env["step_kernel"] = choose(device, "step") if device.type == "cuda" else "cpu (PyTorch step)"
+    if device.type == "cuda":
+        env["kernel"], env["kernel_reason"] = decide(device)
+        env["step_kernel"], env["step_kernel_reason"] = decide(device, "step")
+    else:
+        env["kernel"], env["step_kernel"] = "cpu (PyTorch flush)", "cpu (PyTorch step)"
+        env["kernel_reason"] = env["step_kernel_reason"] = "no CUDA device: the pools run the fp32 PyTorch paths"
     return env
 
 

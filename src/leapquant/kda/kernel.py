@@ -1,17 +1,23 @@
-"""Which kernel runs an operation on a device: the choice is made here and nowhere else.
+"""Which kernel runs an operation on a device, and why: the choice is made here and nowhere else.
 
 Two operations on one pool: ``flush`` (the window-boundary re-quantization) and ``step`` (the
 per-token decode step). Kernels:
 
-- ``gluon``: the Hopper kernels (``flush/gluon_kernel.py``, ``step/gluon_kernel.py``), which run
-  only on sm_90 devices under a triton release they were verified with; the default there
-  (``GLUON_BY_DEFAULT``).
+- ``gluon``: the Hopper kernels (``flush/gluon_kernel.py``, ``step/gluon_kernel.py``), for sm_90
+  devices. Run on a GPU under the triton releases of ``GLUON_VERIFIED_TRITON``; compiled offline
+  for sm_90a under every release of ``GLUON_COMPILES_WITH``. Under any other release they run
+  only after a self-check on the GPU (``self_check.py``: a few programs of each operation through
+  both kernels, judged by the accuracy criteria); a failed check falls back to the portable
+  kernels with a warning.
 - ``triton``: the portable kernels (``flush/triton_kernel.py``, ``step/triton_kernel.py``),
-  everywhere else (other GPUs, other triton releases, Triton's CPU interpreter).
+  everywhere else (other GPUs, Triton's CPU interpreter), and on sm_90 where the Gluon kernels do
+  not import or fail their check. On sm_90 that is several times slower: a one-time warning says
+  why and what to install.
 
-``LEAPQUANT_KERNEL=triton`` or ``=gluon`` forces one for both operations.
-Source: LeapQuant (arXiv 2609.38166); NVlabs/kda requests conless-leapquant-kda-flush and
-conless-leapquant-kda-step.
+``LEAPQUANT_KERNEL=triton`` or ``=gluon`` forces one for both operations;
+``LEAPQUANT_SELF_CHECK=1`` runs the self-check even on a verified release, ``=fail`` runs it and
+fails it (for tests). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda requests
+conless-leapquant-kda-flush and conless-leapquant-kda-step.
 """
 
 from __future__ import annotations
@@ -19,72 +25,23 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import warnings
 
 import torch
 import triton
 
-from .launch import interpreting
+from .geometry import H
+from .launch import GLUON_VERIFIED_TRITON, interpreting
 
 KERNELS = ("gluon", "triton")
 OPERATIONS = {"flush": ("gluon", "triton"), "step": ("gluon", "triton")}  # the kernels each operation has
 FORCE_VARIABLE = "LEAPQUANT_KERNEL"
-# On the H200 both kernels of each operation pass every accuracy case at every batch size, and the
-# Gluon ones are the faster (BENCHMARKS.md, 2026-12-02: the flush 1.9x with every program due at
-# B=256, the step 2.4x): the default wherever they run.
-GLUON_BY_DEFAULT = True
-
-
-def _gluon_module(op: str = "flush"):
-    try:
-        return module("gluon", op)
-    except Exception:  # a triton without Gluon, or whose Gluon API the module does not fit
-        return None
-
-
-@functools.lru_cache(maxsize=None)
-def _gluon_runs_on(device: torch.device, op: str = "flush") -> bool:
-    if device.type != "cuda" or interpreting():
-        return False
-    if torch.cuda.get_device_capability(device) != (9, 0):
-        return False
-    gluon = _gluon_module(op)
-    return gluon is not None and triton.__version__ in gluon.VERIFIED_TRITON
-
-
-def runnable(device, op: str = "flush") -> tuple[str, ...]:
-    """The kernels of ``op`` (``"flush"`` or ``"step"``) that can run on ``device``: the portable
-    one always, the Gluon one where ``_gluon_runs_on`` holds; in ``OPERATIONS`` order. Raises
-    ValueError for an unknown ``op``."""
-    if op not in OPERATIONS:
-        raise ValueError(f"unknown operation {op!r}: expected one of {tuple(OPERATIONS)}")
-    device = torch.device(device)
-    return tuple(k for k in OPERATIONS[op] if k == "triton" or _gluon_runs_on(device, op))
-
-
-def choose(device, op: str = "flush") -> str:
-    """The kernel that runs ``op`` (``"flush"`` or ``"step"``) on ``device``: ``"gluon"`` or
-    ``"triton"``.
-
-    ``LEAPQUANT_KERNEL`` (``gluon`` or ``triton``) forces one where ``op`` has it; otherwise
-    Gluon where ``op`` has a Gluon kernel, ``GLUON_BY_DEFAULT`` is set and ``_gluon_runs_on``
-    holds (sm_90, verified triton, not interpreting), else the portable kernel. Raises
-    ValueError for an unknown ``op`` or forced name, or for ``gluon`` forced where it cannot run.
-    """
-    if op not in OPERATIONS:
-        raise ValueError(f"unknown operation {op!r}: expected one of {tuple(OPERATIONS)}")
-    device = torch.device(device)
-    forced = os.environ.get(FORCE_VARIABLE, "")
-    if forced and forced not in KERNELS:
-        raise ValueError(f"{FORCE_VARIABLE}={forced!r}: expected one of {KERNELS}")
-    if forced == "gluon" and not _gluon_runs_on(device, op):
-        gluon = _gluon_module(op)
-        verified = gluon.VERIFIED_TRITON if gluon is not None else ()
-        raise ValueError(f"{FORCE_VARIABLE}=gluon, but the Gluon kernel needs an sm_90 device and triton "
-                         f"{verified} (have {device}, triton {triton.__version__})")
-    has = OPERATIONS[op]
-    if forced in has:
-        return forced
-    return "gluon" if "gluon" in has and GLUON_BY_DEFAULT and _gluon_runs_on(device, op) else "triton"
+SELF_CHECK_VARIABLE = "LEAPQUANT_SELF_CHECK"  # "1": check a verified release too; "fail": check and fail
+# the torch releases whose triton the Gluon kernels were run with on a GPU (torch 2.11 pins 3.6.0)
+VERIFIED_TORCH = "2.11"
+INSTALL_HINT = (f"install torch {VERIFIED_TORCH} with its triton {GLUON_VERIFIED_TRITON[0]} "
+                f"(pip install 'torch=={VERIFIED_TORCH}.*' 'triton=={GLUON_VERIFIED_TRITON[0]}') for the Gluon kernels")
+_WARNED: set = set()
 
 
 def module(name: str, op: str = "flush"):
@@ -96,15 +53,115 @@ def module(name: str, op: str = "flush"):
     return importlib.import_module(f".{op}.{name}_kernel", __package__)
 
 
-def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None, kernel: str | None = None):
-    """Launch the flush on ``kernel`` (default: ``choose(q0.device)``); arguments and semantics
-    as ``flush.triton_kernel.launch_flush``."""
-    name = kernel or choose(q0.device)
-    return module(name).launch_flush(ckpt_in, ckpt_out, window, q0, idx=idx, hcnt=hcnt, picks=picks)
+@functools.lru_cache(maxsize=None)
+def _gluon_import_error() -> str | None:
+    try:
+        for op in OPERATIONS:
+            module("gluon", op)
+    except Exception as e:  # a triton without Gluon, or whose Gluon API the modules do not fit
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
-def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, kernel: str | None = None):
+def _hopper(device: torch.device) -> bool:
+    return device.type == "cuda" and not interpreting() and torch.cuda.get_device_capability(device) == (9, 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _gluon_verdict(device: torch.device, heads: int, layout: str) -> tuple[bool, str]:
+    # (whether the Gluon kernels run on this sm_90 device, why), self-check included
+    err = _gluon_import_error()
+    if err is not None:
+        return False, f"the Gluon kernels do not import under triton {triton.__version__} ({err})"
+    forced = os.environ.get(SELF_CHECK_VARIABLE, "")
+    if triton.__version__ in GLUON_VERIFIED_TRITON and forced not in ("1", "fail"):
+        return True, f"triton {triton.__version__} is a release the Gluon kernels were verified with on a GPU"
+    from .self_check import self_check
+
+    ok, detail = self_check(device, heads, layout, fail=forced == "fail")
+    if ok:
+        return True, f"the Gluon kernels passed their self-check on this GPU under triton {triton.__version__} ({detail})"
+    return False, f"the Gluon kernels failed their self-check under triton {triton.__version__} ({detail})"
+
+
+def decide(device, op: str = "flush", heads: int = H, layout: str = "packed") -> tuple[str, str]:
+    """``(kernel, reason)``: the kernel that runs ``op`` (``"flush"`` or ``"step"``) on ``device``
+    for a pool of ``heads`` heads in ``layout`` (``"gluon"`` or ``"triton"``), and why, in words.
+
+    ``LEAPQUANT_KERNEL`` forces one; otherwise Gluon on sm_90 where its modules import and the
+    release is verified or the self-check passes (run once a process and device), else the
+    portable kernel, with a one-time ``RuntimeWarning`` on sm_90. Raises ValueError for an
+    unknown ``op`` or forced name, or for ``gluon`` forced where it cannot run."""
+    if op not in OPERATIONS:
+        raise ValueError(f"unknown operation {op!r}: expected one of {tuple(OPERATIONS)}")
+    device = torch.device(device)
+    forced = os.environ.get(FORCE_VARIABLE, "")
+    if forced and forced not in KERNELS:
+        raise ValueError(f"{FORCE_VARIABLE}={forced!r}: expected one of {KERNELS}")
+    if forced == "triton":
+        return "triton", f"{FORCE_VARIABLE}=triton"
+    if not _hopper(device):
+        if forced == "gluon":
+            raise ValueError(f"{FORCE_VARIABLE}=gluon, but the Gluon kernels need an sm_90 device (have {device})")
+        where = "the CPU interpreter" if interpreting() or device.type != "cuda" else \
+            "compute capability %d.%d (the Gluon kernels are for sm_90)" % torch.cuda.get_device_capability(device)
+        return "triton", f"the portable kernel on {where}"
+    runs, why = _gluon_verdict(device, heads, layout)
+    if forced == "gluon":
+        if _gluon_import_error() is not None:
+            raise ValueError(f"{FORCE_VARIABLE}=gluon, but {why}")
+        return "gluon", f"{FORCE_VARIABLE}=gluon"
+    if runs:
+        return "gluon", why
+    _warn_once(device, why)
+    return "triton", why
+
+
+def _warn_once(device: torch.device, why: str) -> None:
+    if why in _WARNED:
+        return
+    _WARNED.add(why)
+    warnings.warn(f"leapquant: the portable Triton kernels run on {torch.cuda.get_device_name(device)} (sm_90), several "
+                  f"times slower than the Gluon kernels, because {why}; {INSTALL_HINT}", RuntimeWarning, stacklevel=3)
+
+
+def choose(device, op: str = "flush", heads: int = H, layout: str = "packed") -> str:
+    """The kernel of ``decide`` (``"gluon"`` or ``"triton"``), without the reason."""
+    return decide(device, op, heads, layout)[0]
+
+
+def choose_for_pool(pool) -> tuple[str, str, str]:
+    """``(flush kernel, step kernel, reason)`` for a CUDA ``Pool``, picked once for its life."""
+    flush, why = decide(pool.device, "flush", pool.heads, pool.layout)
+    step, why_step = decide(pool.device, "step", pool.heads, pool.layout)
+    return flush, step, why if why == why_step else f"flush: {why}; step: {why_step}"
+
+
+def runnable(device, op: str = "flush") -> tuple[str, ...]:
+    """The kernels of ``op`` (``"flush"`` or ``"step"``) that can run on ``device``: the portable
+    one always, the Gluon one on sm_90 where its modules import (verified or not); in
+    ``OPERATIONS`` order. Raises ValueError for an unknown ``op``."""
+    if op not in OPERATIONS:
+        raise ValueError(f"unknown operation {op!r}: expected one of {tuple(OPERATIONS)}")
+    device = torch.device(device)
+    gluon = _hopper(device) and _gluon_import_error() is None
+    return tuple(k for k in OPERATIONS[op] if k == "triton" or gluon)
+
+
+def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None, kernel: str | None = None,
+                 ctas_per_sm: int | None = None):
+    """Launch the flush on ``kernel`` (default: ``choose(q0.device)``) with ``ctas_per_sm``
+    resident CTAs an SM (default: the kernel's ``CTAS_PER_SM``); arguments and semantics as
+    ``flush.triton_kernel.launch_flush``."""
+    name = kernel or choose(q0.device, heads=ckpt_in[0].shape[1])
+    grid = {"ctas_per_sm": ctas_per_sm} if ctas_per_sm else {}
+    return module(name).launch_flush(ckpt_in, ckpt_out, window, q0, idx=idx, hcnt=hcnt, picks=picks, **grid)
+
+
+def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None, guard_full=False,
+                kernel: str | None = None):
     """Launch the decode step on ``kernel`` (default: ``choose(o.device, "step")``); arguments and
     semantics as ``step.triton_kernel.launch_step``."""
-    name = kernel or choose(o.device, "step")
-    return module(name, "step").launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=new, idx=idx)
+    name = kernel or choose(o.device, "step", heads=o.shape[1])
+    return module(name, "step").launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=new, idx=idx,
+                                            errors=errors, guard_full=guard_full)
