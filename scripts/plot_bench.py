@@ -1,74 +1,63 @@
-"""Draw latency vs batch size from the JSONs of ``python -m leapquant.bench --json`` (one per
-kernel; the floors, the plain PyTorch reference and fla from the first): the flush (each leapquant kernel, its memory floor, the plain PyTorch
-reference) and, beside it, the decode step (each kernel, its floor, fla's fp32-state decode).
+"""Draw the figures of a GPU run: the engine loop per token and layer against batch size (from
+``python -m leapquant.bench --json``: the floor, leapquant with the flush overlapped and serial,
+fla's fp32-state decode) and, given a decode-loop JSON (``python -m leapquant.eval.step_loop
+--json``), the output error per window against fla's fp32 recurrence.
 
-    python scripts/plot_bench.py docs/latency.png bench_results/<run>.json [more.json ...]
+    python scripts/plot_bench.py OUT.png BENCH.json [--decode-loop DECODE_LOOP.json]
 """
 
+import argparse
 import json
-import sys
 
 import matplotlib
-
-from leapquant.kda.geometry import FLOOR_BYTES_PER_PROGRAM, STEP_FLOOR_BYTES_PER_PROGRAM
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def _flush_rows(data: dict) -> list:
-    return [r for r in data["rows"] if "flush" in r]
-
-
-def _step_rows(data: dict) -> list:
-    return [r for r in data.get("step_rows", []) if "step" in r]
-
-
-def main(dst: str, *srcs: str) -> None:
-    fig, (ax, ax_step) = plt.subplots(1, 2, figsize=(11, 4.2))
-    runs = []
-    for src in srcs:
-        with open(src) as f:
-            runs.append(json.load(f))
-    for data in runs:  # each file adds its kernel's lines, dated
-        kernel = f'{data["env"].get("kernel", "triton")}, {data["env"]["date"][:10]}'
-        rows = _flush_rows(data)
-        ax.plot([r["batch_size"] for r in rows], [r["flush"]["median_ms"] for r in rows], "o-",
-                label=f"leapquant flush_inplace ({kernel})")
-        steps = _step_rows(data)
-        if steps:
-            SB = [r["batch_size"] for r in steps]
-            ax_step.plot(SB, [r["step"]["median_ms"] for r in steps], "o-",
-                         label=f"leapquant step_inplace, fill count 1 ({kernel})")
-            if all("step_full_window" in r for r in steps):  # bench runs from 2026-12-04 on
-                ax_step.plot(SB, [r["step_full_window"]["median_ms"] for r in steps], "o:",
-                             label=f"leapquant step_inplace, full window ({kernel})")
-            ax_step.plot(SB, [r["step"]["median_ms"] + r["flush_1_in_16"]["median_ms"] for r in steps], "^-.",
-                         label=f"decode layer: step + flush 1 in 16 due ({kernel})")
-    # the floors, the reference, fla and the title's environment from the first JSON (the run the
-    # figure is about); the title lists every run's date
-    first = runs[0]
-    rows, steps, env = _flush_rows(first), _step_rows(first), first["env"]
-    B, SB = [r["batch_size"] for r in rows], [r["batch_size"] for r in steps]
-    ax.plot(B, [r["floor_ms"] for r in rows], "k--", label=f"memory floor ({FLOOR_BYTES_PER_PROGRAM / 1e3:.1f} KB/program at copy bandwidth)")
-    ax.plot(B, [r["reference_ms"] for r in rows], "s:", label="plain PyTorch fp32 reference")
-    if steps:
-        ax_step.plot(SB, [r["floor_ms"] for r in steps], "k--", label=f"memory floor ({STEP_FLOOR_BYTES_PER_PROGRAM / 1e3:.1f} KB/program)")
-        if all(r.get("fla") for r in steps):
-            ax_step.plot(SB, [r["fla"]["median_ms"] for r in steps], "s:", label="fla fused_recurrent_kda (fp32 state)")
-    dates = ", ".join(sorted({r["env"]["date"][:10] for r in runs}, reverse=True))
-    for a, what in ((ax, "KDA checkpoint flush, all programs due"), (ax_step, "KDA decode step and decode layer (one token)")):
-        a.set_xscale("log", base=2)
-        a.set_yscale("log")
-        a.set_xlabel("batch size B (sequences, 32 heads each)")
-        a.set_ylabel("latency, ms (median)")
-        a.set_title(f"{what}, L2-cold\n{env.get('gpu', env['device'])}, torch {env['torch']}, "
-                    f"triton {env['triton']}, {dates}", fontsize=9)
-        a.grid(True, which="both", alpha=0.3)
-        a.legend(fontsize=7)
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", help="the PNG to write")
+    ap.add_argument("bench", help="a bench JSON with the engine loop section")
+    ap.add_argument("--decode-loop", default=None, help="a decode-loop JSON for a second panel")
+    args = ap.parse_args(argv)
+    with open(args.bench) as f:
+        bench = json.load(f)
+    rows, env = bench["engine_loop"], bench["env"]
+    panels = 2 if args.decode_loop else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.2), squeeze=False)
+    ax = axes[0][0]
+    B = [r["batch_size"] for r in rows]
+    ax.plot(B, [r["floor_ms"] for r in rows], "k--", label="memory floor (step + flush / 16 bytes)")
+    for key, style, label in (("overlap", "o-", "leapquant, flush overlapped"), ("serial", "o:", "leapquant, serial"),
+                              ("fla", "s-.", "fla fused_recurrent_kda_fwd, fp32 state")):
+        if all(key in r["ms"] for r in rows):
+            ax.plot(B, [r["ms"][key] for r in rows], style, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size (sequences, 32 heads each)")
+    ax.set_ylabel("ms per token and layer (median replay)")
+    ax.set_title(f"engine loop, {rows[0]['layers']} layers in one CUDA graph\n{env.get('gpu', env['device'])}, "
+                 f"torch {env['torch']}, triton {env['triton']}, {env['date'][:10]}", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    if args.decode_loop:
+        with open(args.decode_loop) as f:
+            r = json.load(f)
+        ax = axes[0][1]
+        x = range(len(r["window_rel"]))
+        ax.plot(x, r["window_rel"], "o-", label="leapquant against fla's fp32 state")
+        ax.plot(x, r["window_worst_head"], ".:", label="worst (sequence, head)")
+        ax.plot(x, r["rounding_rel"], "k--", label="bf16 rounding of the fp32 output alone")
+        ax.set_xlabel("window (16 tokens each)")
+        ax.set_ylabel("||o - o_fp32|| / ||o_fp32||")
+        ax.set_yscale("log")
+        ax.set_title("decode loop (step + flush every token)", fontsize=9)
+        ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(dst, dpi=120)
+    fig.savefig(args.out, dpi=120)
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], *sys.argv[2:])
+    main()

@@ -30,7 +30,7 @@ import torch
 from .eval import flush_inputs as inputs
 from .eval import step_criterion, step_inputs
 from .eval.flush_criterion import FORMS
-from .kda import L, Pool, flush_inplace, reference, step, step_inplace
+from .kda import L, Pool, flush_inplace, reference, slot_nbytes, step, step_inplace
 from .kda.format import MIXED_WIDTH
 from .kda.geometry import FLOOR_BYTES_PER_PROGRAM, STEP_FLOOR_BYTES_PER_PROGRAM, H, K, V
 from .kda.kernel import FORCE_VARIABLE, KERNELS
@@ -110,10 +110,10 @@ def restore_gates(pool: Pool, slots: torch.Tensor, saved: tuple) -> None:
     pool.w[sl], pool.gbuf[sl], pool.pcum[sl] = saved
 
 
-def time_flush(B: int, device, q0: torch.Tensor, due_fraction: float = 1.0) -> dict:
+def time_flush(B: int, device, q0: torch.Tensor, due_fraction: float = 1.0, layout: str = "packed") -> dict:
     """Median kernel time (ms) of flush_inplace over B sequences x H heads, each due with
-    probability ``due_fraction``."""
-    pool = Pool(SETS * B + 1, device)
+    probability ``due_fraction``, on a pool of ``layout``."""
+    pool = Pool(SETS * B + 1, device, layout=layout)
     sets = [torch.arange(1 + s * B, 1 + (s + 1) * B, dtype=torch.int32, device=device) for s in range(SETS)]
     saved = fill_pool(pool, sets, seed=1000 + B, due_fraction=due_fraction)
 
@@ -142,15 +142,16 @@ def step_accuracy(B: int, device) -> dict:
     return res
 
 
-def time_step(B: int, device, before=None, fill: int = STEP_FILL) -> dict:
+def time_step(B: int, device, before=None, fill: int = STEP_FILL, layout: str = "packed") -> dict:
     """Median kernel time (ms) of ``step_inplace`` over B sequences x H heads, every sequence
     decoding at fill count ``fill`` (0 .. L - 1 live window entries before the token; default 1,
     as the request's benchmark), L2-cold over ``SETS`` slot sets. ``before(i)``, if given, runs
     before call i (other kernels between the steps: what an engine runs there;
-    scripts/experiments/time_code_warm.py). Raises ValueError for a fill count outside 0 .. L - 1."""
+    scripts/experiments/time_code_warm.py), on a pool of ``layout``. Raises ValueError for a fill
+    count outside 0 .. L - 1."""
     if not 0 <= fill < L:
         raise ValueError(f"fill count {fill} outside 0 .. {L - 1}")
-    pool = Pool(SETS * B + 1, device)
+    pool = Pool(SETS * B + 1, device, layout=layout)
     sets = [torch.arange(1 + s * B, 1 + (s + 1) * B, dtype=torch.int32, device=device) for s in range(SETS)]
     for s, slots in enumerate(sets):
         x = step_inputs.make("random", B, device, seed=3000 + s)
@@ -215,19 +216,36 @@ def _stress_cell(a: dict) -> str:
             f"{fmt(a['worst_cap_ratio_batch_head'])}")
 
 
+SECTIONS = ("flush", "step", "layouts", "engine")
+LAYOUT_SIZES = "64,256"
+LAYOUT_ROUNDS = 2
+
+
 def main(argv=None) -> int:
     """Command-line entry (``argv``: list of str, default ``sys.argv[1:]``). Returns the exit
     code: 0 when every accuracy case passes, 1 otherwise; argparse exits with 2 on bad options."""
     ap = argparse.ArgumentParser(prog="python -m leapquant.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch-sizes", type=parse_sizes, default=None,
                     help=f"comma list (default {DEFAULT_SIZES}; {CPU_SIZES} on CPU)")
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"comma list of {', '.join(SECTIONS)} (default: all): the flush's accuracy and speed, the "
+                         "step's, the packed against the request layout (interleaved), the engine loop")
+    ap.add_argument("--layout-sizes", type=parse_sizes, default=parse_sizes(LAYOUT_SIZES),
+                    help=f"batch sizes of the layouts section (default {LAYOUT_SIZES})")
+    ap.add_argument("--engine-flush-ctas", type=parse_sizes, default=None,
+                    help="engine section: the pools' flush CTAs an SM to compare (e.g. 2,1; default: the kernel's own)")
+    ap.add_argument("--engine-streams", type=parse_sizes, default=None,
+                    help="engine section: the Overlap scope's side streams to compare (e.g. 1,2,4; default: its own)")
     ap.add_argument("--skip-timing", action="store_true", help="accuracy only")
     ap.add_argument("--json", default=None, help="write every figure to this JSON file ('-': standard output, "
                     "the tables then go to standard error)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when present")
     ap.add_argument("--kernel", choices=KERNELS, default=None,
-                    help=f"force the kernel of both operations (sets {FORCE_VARIABLE}; default: kernel.choose)")
+                    help=f"force the kernel of both operations (sets {FORCE_VARIABLE}; default: kernel.decide)")
     args = ap.parse_args(argv)
+    args.sections = [x.strip() for x in args.sections.split(",") if x.strip()]
+    if not set(args.sections) <= set(SECTIONS):
+        ap.error(f"--sections: expected a comma list of {', '.join(SECTIONS)}, got {args.sections}")
     check_output(ap, "--json", args.json)
     if args.kernel:
         os.environ[FORCE_VARIABLE] = args.kernel
@@ -236,22 +254,49 @@ def main(argv=None) -> int:
 
 
 def _report(args, device) -> tuple[int, dict]:
-    """The accuracy cases and timings, printed as they finish, tables last; returns the exit
-    status and the JSON payload."""
+    """The sections asked for, printed as they finish, tables last; returns the exit status and
+    the JSON payload."""
     on_gpu = device.type == "cuda"
     sizes = args.batch_sizes or parse_sizes(DEFAULT_SIZES if on_gpu else CPU_SIZES)
     env = environment(device)
+    print(f"flush kernel: {env['kernel']} ({env['kernel_reason']})")
+    print(f"step kernel: {env['step_kernel']} ({env['step_kernel_reason']})")
     print(f"leapquant.bench  {env['date']}  device={env.get('gpu', 'cpu')}  torch={env['torch']}  "
-          f"triton={env['triton']}  kernel={env['kernel']}  step_kernel={env['step_kernel']}")
+          f"triton={env['triton']}")
+    print(f"a slot at {H} heads: {slot_nbytes():,} B packed (the default), {slot_nbytes(H, 'request'):,} B in the "
+          f"request's layout, {H * K * V * 4:,} B as an fp32 state")
+    env["slot_bytes"] = {"packed": slot_nbytes(), "request": slot_nbytes(H, "request"), "fp32_state": H * K * V * 4}
     timing = on_gpu and not args.skip_timing
     if not on_gpu:
         print(f"{CPU_PATH_NOTE} at small batch; timing skipped")
     bandwidth = copy_bandwidth(device) if timing else None
     if bandwidth:
         env["copy_bandwidth_GBps"] = bandwidth / 1e9
-        print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s (read + write); floor = "
-              f"{FLOOR_BYTES_PER_PROGRAM} B/program / bandwidth")
+        print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s (read + write); floors = bytes a program / bandwidth")
+    payload, all_ok, tables = {"env": env}, True, []
+    if "flush" in args.sections:
+        ok, part, text = _flush_section(sizes, device, timing, bandwidth)
+        all_ok &= ok
+        payload.update(part)
+        tables.append(text)
+    if "step" in args.sections:
+        ok, part, text = _step_section(sizes, device, timing, bandwidth)
+        all_ok &= ok
+        payload.update(part)
+        tables.append(text)
+    if timing and "layouts" in args.sections:
+        part, text = _layouts_section(args.layout_sizes, device)
+        payload.update(part)
+        tables.append(text)
+    if timing and "engine" in args.sections:
+        part, text = _engine_section(sizes, device, bandwidth, args.engine_flush_ctas, args.engine_streams)
+        payload.update(part)
+        tables.append(text)
+    print("\n" + "\n\n".join(tables))
+    return (0 if all_ok else 1), payload
 
+
+def _flush_section(sizes, device, timing, bandwidth) -> tuple[bool, dict, str]:
     rows, all_ok = [], True
     families = inputs.all_families()
     for B in sizes:
@@ -274,23 +319,6 @@ def _report(args, device) -> tuple[int, dict]:
         rows.append(row)
         print(f"  B={B} done: {'PASS' if row['ok'] else 'FAIL'}"
               + (f", {row['flush']['median_ms']:.4f} ms" if timing else ""), flush=True)
-
-    step_rows = []
-    for B in sizes:
-        row = {"batch_size": B, "accuracy": step_accuracy(B, device)}
-        row["ok"] = all(a["ok"] for a in row["accuracy"].values())
-        all_ok &= row["ok"]
-        if timing:
-            row["step"] = time_step(B, device)
-            row["step_full_window"] = time_step(B, device, fill=FULL_WINDOW)
-            row["floor_ms"] = B * H * STEP_FLOOR_BYTES_PER_PROGRAM / bandwidth * 1e3
-            row["fla"] = time_fla_decode(B, device)
-            q0 = inputs.make("random", 1, device, seed=B)["q0"]
-            row["flush_1_in_16"] = time_flush(B, device, q0, due_fraction=DECODE_LAYER_DUE)
-        step_rows.append(row)
-        print(f"  step B={B} done: {'PASS' if row['ok'] else 'FAIL'}"
-              + (f", {row['step']['median_ms']:.4f} ms" if timing else ""), flush=True)
-
     steady = []
     if timing:
         q0 = inputs.make("random", 1, device, seed=7)["q0"]
@@ -311,40 +339,107 @@ def _report(args, device) -> tuple[int, dict]:
             t = row["flush"]["median_ms"]
             cells += [f"{t:.4f}", f"{row['floor_ms']:.4f}", f"{t / row['floor_ms']:.2f}", f"{row['reference_ms']:.3f}"]
         out.append(cells)
-    print("\nworst err/err_ref per family and form (bound 1.01; captured heads judged by the 1e-3 cap)")
-    print(table(headers, out))
+    text = ["flush, every program due: worst err/err_ref per family and form (bound 1.01; captured heads judged by "
+            "the 1e-3 cap)", table(headers, out)]
     stress = [[row["batch_size"]] + [_stress_cell(row["accuracy"][f]) for f in inputs.STRESS_FAMILIES] for row in rows]
-    print("\nstress families: worst err/err_ref (n/a: the fp32 reference is not finite) | worst err/cap "
-          "(n/a: no head captured)")
-    print(table(["B", *inputs.STRESS_FAMILIES], stress))
+    text += ["\nstress families: worst err/err_ref (n/a: the fp32 reference is not finite) | worst err/cap "
+             "(n/a: no head captured)", table(["B", *inputs.STRESS_FAMILIES], stress)]
     if steady:
-        print("\nsteady state (flush kernel, L2-cold)")
-        print(table(["mode", "B", "median ms", "min ms", "max ms"],
-                    [[t["mode"], t["batch_size"], f"{t['median_ms']:.4f}", f"{t['min_ms']:.4f}", f"{t['max_ms']:.4f}"]
-                     for t in steady]))
-    print("\ndecode step: worst error / tolerance of the step request's criterion (<= 1 passes)"
-          + (f"; step at fill count {STEP_FILL} (the request's harness) and at a full window ({FULL_WINDOW}); "
-             "decode layer = step + flush with 1 in 16 due, per token" if timing else ""))
+        text += ["\nsteady state (flush kernel, L2-cold)",
+                 table(["mode", "B", "median ms", "min ms", "max ms"],
+                       [[t["mode"], t["batch_size"], f"{t['median_ms']:.4f}", f"{t['min_ms']:.4f}", f"{t['max_ms']:.4f}"]
+                        for t in steady])]
+    return all_ok, {"rows": rows, "steady_state": steady}, "\n".join(text)
+
+
+def _step_section(sizes, device, timing, bandwidth) -> tuple[bool, dict, str]:
+    step_rows, all_ok = [], True
+    for B in sizes:
+        row = {"batch_size": B, "accuracy": step_accuracy(B, device)}
+        row["ok"] = all(a["ok"] for a in row["accuracy"].values())
+        all_ok &= row["ok"]
+        if timing:
+            row["step"] = time_step(B, device)
+            row["step_full_window"] = time_step(B, device, fill=FULL_WINDOW)
+            row["floor_ms"] = B * H * STEP_FLOOR_BYTES_PER_PROGRAM / bandwidth * 1e3
+            row["fla"] = time_fla_decode(B, device)
+        step_rows.append(row)
+        print(f"  step B={B} done: {'PASS' if row['ok'] else 'FAIL'}"
+              + (f", {row['step']['median_ms']:.4f} ms" if timing else ""), flush=True)
     headers = ["B", *step_inputs.FAMILIES, "verdict"]
     if timing:
-        headers += ["step ms", "floor ms", "x floor", "full ms", "full x floor", "fla ms", "layer ms", "fla / layer",
-                    "full layer", "fla / full"]
+        headers += ["step ms", "floor ms", "x floor", "full ms", "full x floor", "fla ms"]
     out = []
     for row in step_rows:
         cells = [row["batch_size"], *(fmt(row["accuracy"][f]["worst"], ".3f") for f in step_inputs.FAMILIES),
                  "PASS" if row["ok"] else "FAIL"]
         if timing:
             t, full, fla = row["step"]["median_ms"], row["step_full_window"]["median_ms"], row["fla"]
-            layer = t + row["flush_1_in_16"]["median_ms"]
-            full_layer = full + row["flush_1_in_16"]["median_ms"]
-            row["layer_ms"], row["full_window_layer_ms"] = layer, full_layer
             cells += [f"{t:.4f}", f"{row['floor_ms']:.4f}", f"{t / row['floor_ms']:.2f}", f"{full:.4f}",
-                      f"{full / row['floor_ms']:.2f}", fmt(fla and fla["median_ms"]), f"{layer:.4f}",
-                      fmt(fla and fla["median_ms"] / layer, ".2f"), f"{full_layer:.4f}",
-                      fmt(fla and fla["median_ms"] / full_layer, ".2f")]
+                      f"{full / row['floor_ms']:.2f}", fmt(fla and fla["median_ms"])]
         out.append(cells)
-    print(table(headers, out))
-    return (0 if all_ok else 1), {"env": env, "rows": rows, "steady_state": steady, "step_rows": step_rows}
+    text = ("decode step: worst error / tolerance of the step request's criterion (<= 1 passes)"
+            + (f"; the step alone at fill count {STEP_FILL} (the request's harness) and at a full window "
+               f"({FULL_WINDOW}), fla's fp32-state decode kernel alone" if timing else ""))
+    return all_ok, {"step_rows": step_rows}, text + "\n" + table(headers, out)
+
+
+def _layouts_section(sizes, device) -> tuple[dict, str]:
+    """The packed against the request layout, interleaved ``LAYOUT_ROUNDS`` times in this process:
+    the flush (every program due, 1 in 16 due) and the step (fill count 1)."""
+    cases = (("flush all due", lambda B, q0, lay: time_flush(B, device, q0, layout=lay)),
+             ("flush 1 in 16", lambda B, q0, lay: time_flush(B, device, q0, DECODE_LAYER_DUE, layout=lay)),
+             ("step", lambda B, q0, lay: time_step(B, device, layout=lay)))
+    rows = []
+    for B in sizes:
+        q0 = inputs.make("random", 1, device, seed=B)["q0"]
+        for name, fn in cases:
+            got = {"packed": [], "request": []}
+            for _ in range(LAYOUT_ROUNDS):
+                for lay in got:
+                    got[lay].append(fn(B, q0, lay)["median_ms"])
+            rows.append({"batch_size": B, "case": name, **{lay: statistics.median(t) for lay, t in got.items()},
+                         "rounds": got})
+        print(f"  layouts B={B} done", flush=True)
+    out = [[r["batch_size"], r["case"], f"{r['packed']:.4f}", f"{r['request']:.4f}", f"{r['packed'] / r['request']:.3f}"]
+           for r in rows]
+    text = (f"layouts: packed against the request's, median of {LAYOUT_ROUNDS} interleaved rounds (ms)\n"
+            + table(["B", "case", "packed", "request", "packed / request"], out))
+    return {"layouts": rows}, text
+
+
+def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None) -> tuple[dict, str]:
+    """The engine loop (``eval/engine_loop.py``) at every batch size, for each flush grid of
+    ``flush_ctas`` (CTAs an SM; None: the kernel's own) and each count of side ``streams``."""
+    from .eval import engine_loop
+
+    rows = []
+    for B in sizes:
+        for ctas in flush_ctas or [None]:
+            for n in streams or [None]:
+                rows.append({**engine_loop.run(B, device, bandwidth, streams=n, flush_ctas_per_sm=ctas),
+                             "flush_ctas_per_sm": ctas})
+        print(f"  engine loop B={B} done", flush=True)
+    out, out_mm = [], []
+    for r in rows:
+        ms, floor = r["ms"], r["floor_ms"]
+        fla = ms.get("fla")
+        out.append([r["batch_size"], fmt(r["flush_ctas_per_sm"], "d"), r["flush_streams"], f"{floor:.4f}", f"{ms['serial']:.4f}", f"{ms['serial'] / floor:.2f}",
+                    f"{ms['overlap']:.4f}", f"{ms['overlap'] / floor:.2f}", f"{ms['step']:.4f}", fmt(fla),
+                    fmt(fla and fla / ms["overlap"], ".2f")])
+        added = ms["overlap+matmul"] - ms["step+matmul"]
+        out_mm.append([r["batch_size"], fmt(r["flush_ctas_per_sm"], "d"), r["flush_streams"], f"{r['matmul_ms']:.4f}", f"{ms['step+matmul']:.4f}",
+                       f"{ms['overlap+matmul']:.4f}", f"{ms['serial+matmul']:.4f}", f"{added:.4f}",
+                       f"{r['flush_bytes_ms'] + 0.02 * ms['overlap+matmul']:.4f}", fmt(ms.get("fla+matmul"))])
+    text = (f"engine loop: {engine_loop.LAYERS} layers, one token in one CUDA graph, ms per token and layer "
+            "(median replay); floor = (34,894 + 56,448 / 16) B a program at the copy bandwidth\n"
+            + table(["B", "flush CTAs/SM", "streams", "floor", "serial", "x floor", "overlap", "x floor", "step only",
+                     "fla fp32", "fla / overlap"], out)
+            + "\n\nwith a bf16 matmul a layer ([B, 2304] x [2304, 24576]): ms per token and layer; flushes add = "
+              "overlap - step only, allowed = their bytes' time + 2% of the token\n"
+            + table(["B", "flush CTAs/SM", "streams", "matmul", "step only", "overlap", "serial", "flushes add",
+                     "allowed", "fla fp32"], out_mm))
+    return {"engine_loop": rows}, text
 
 
 if __name__ == "__main__":

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The one GPU run (an H100 or H200): the GPU tests, then `python -m leapquant.bench` (accuracy at
+# every batch size; the flush, the step, the two pool layouts, the engine loop against fla), then
+# the decode loop against fla over 16 windows. Logs and JSON under $OUT (./out when unset): one
+# text log gpu.log, bench.json, decode_loop.json; a short table last.
+#   [TEST_S=seconds, 0: no tests] [TESTS="pytest args"] [BENCH_S=seconds, 0: no bench]
+#   [SECTIONS=flush,step,layouts,engine] [SIZES=16,32,64,128,256,512] [LOOP_S=seconds, 0: no loop]
+#   [FLUSH_CTAS=2,1: the engine loop at each flush grid] [STREAMS=1,2,4: and each count of side streams]
+#   bash scripts/gpu.sh [--portable] [--ncu] [--ncu-step] [--help]
+# --portable: the bench once more on the portable kernels (LEAPQUANT_KERNEL=triton)
+# --ncu, --ncu-step: Nsight Compute on the flush (B=64) / the step (B=256), default kernels
+# fla-core travels as wheels in .whl (carry it): installed to a folder on PYTHONPATH.
+set -uo pipefail
+case "${1:-}" in -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+log="$OUT/gpu.log"
+{ date -u; nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"; } > "$log" 2>&1
+if [ "${TEST_S:-420}" != 0 ]; then
+  echo "===== pytest -m gpu ${TESTS:-tests/}" >> "$log"
+  timeout "${TEST_S:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 ${TESTS:-tests/} >> "$log" 2>&1
+  echo "gpu tests: $(grep -E '(passed|failed|error)' "$log" | tail -n 1)"
+  grep -E "^(FAILED|ERROR)" "$log" | head -20
+fi
+sizes=${SIZES:+--batch-sizes $SIZES}
+for opt in "$@"; do
+  case "$opt" in
+    --portable) echo "===== bench, portable kernels" >> "$log"
+                LEAPQUANT_KERNEL=triton timeout "${BENCH_S:-300}" python3 -m leapquant.bench --sections flush,step $sizes \
+                  --json "$OUT/bench_portable.json" >> "$log" 2>&1; echo "portable bench: exit $?" ;;
+    --ncu) bash scripts/ncu_profile.sh _flush_kernel "$OUT/ncu" python3 scripts/ncu_target.py 64
+           cat "$OUT/ncu.txt" >> "$log"; grep -E "Duration|Registers Per|Achieved Occupancy|Memory Throughput|Issue Slots Busy" "$OUT/ncu.txt" ;;
+    --ncu-step) NCU_TIMEOUT=150 bash scripts/ncu_profile.sh _step_kernel "$OUT/ncu_step" python3 scripts/ncu_target.py 256 step
+                cat "$OUT/ncu_step.txt" >> "$log"; grep -E "Duration|Registers Per|Achieved Occupancy|DRAM Throughput|Issue Slots Busy" "$OUT/ncu_step.txt" ;;
+    *) echo "unknown option $opt (see --help)"; exit 2 ;;
+  esac
+done
+if [ "${LOOP_S:-150}" != 0 ]; then
+  echo "===== decode loop against fla" >> "$log"
+  timeout "${LOOP_S:-150}" python3 -m leapquant.eval.step_loop --tokens 256 --sequences 8 --json "$OUT/decode_loop.json" >> "$log" 2>&1
+  echo "decode loop vs fla: exit $?, worst window $(python3 -c "import json; r=json.load(open('$OUT/decode_loop.json')); print(f\"{max(r['window_rel']):.3e} over {len(r['window_rel'])} windows\")" 2>/dev/null)"
+fi
+if [ "${BENCH_S:-300}" != 0 ]; then
+  echo "===== bench" >> "$log"
+  timeout "${BENCH_S:-300}" python3 -m leapquant.bench --sections "${SECTIONS:-flush,step,layouts,engine}" $sizes \
+    ${FLUSH_CTAS:+--engine-flush-ctas $FLUSH_CTAS} ${STREAMS:+--engine-streams $STREAMS} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+  echo "bench: exit $?"; cat "$OUT/bench.log" >> "$log"
+  sed -n '/^\(flush, every program due\|decode step\|layouts\|engine loop\)/,$p' "$OUT/bench.log"
+  rm "$OUT/bench.log"
+fi

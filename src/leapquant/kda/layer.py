@@ -1,0 +1,161 @@
+"""One call per KDA layer and token for engines: ``decode_inplace`` runs the decode step now and
+the flush of the windows it fills off the critical path, on a side stream of an ``Overlap`` scope
+the engine opens around its forward.
+
+The flush of layer l is needed by nothing but layer l's next step, one token later; in between
+run the other layers' steps and the rest of the model. Inside a scope, each call forks the
+previous call's flush onto the scope's side stream (after that call's step) and runs its own
+step on the current stream; the scope's exit joins the side stream into the current one, as a
+CUDA-graph capture requires, and defers the last call's flush to the next scope's entry, so that
+no flush is exposed at a token's end. Events only: no host synchronisation, nothing allocated
+after the first token, capturable (one graph per batch size covering the scope).
+
+Source: LeapQuant (arXiv 2609.38166); NVlabs/kda requests conless-leapquant-kda-flush and
+conless-leapquant-kda-step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .format import check_q0
+from .interface import flush_inplace, step_inplace
+from .pool import Pool
+
+FLUSH_STREAMS = 2  # side streams of an Overlap scope
+
+class Overlap:
+    """The scope of one token's forward in which ``decode_inplace`` calls overlap their flushes
+    with the work that follows them.
+
+    ``with overlap:`` around every layer's ``decode_inplace(..., overlap=overlap)`` of a token;
+    create it once (it holds the side stream and its events) and open it every token, eagerly or
+    inside a CUDA-graph capture. On entry the last call of the previous scope flushes every full
+    window of its pool (on the side stream, beside this token's first layers); on exit the side
+    stream rejoins the current one. Between scopes the windows the last call filled stay full:
+    ``read_state`` reads them whole; ``close()`` flushes them now (before stepping that pool
+    without a scope, or dropping the scope).
+
+    Args:
+        device: the CUDA device of the pools.
+        streams: side streams the flushes take in turn (1 or more). At small batch a flush lasts
+            longer than the next layer's step (its latency, not its bytes), so with one stream the
+            flushes queue behind each other; with several, consecutive layers' flushes overlap.
+
+    One ``Pool`` per layer, as engines allocate state: a call waits for its pool's flush forked
+    earlier in the scope, so two layers on one pool would run one after the other.
+
+    Raises: RuntimeError when a scope is opened twice; ValueError for a non-CUDA device.
+    """
+
+    def __init__(self, device="cuda", streams: int = FLUSH_STREAMS):
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise ValueError(f"an Overlap scope needs a CUDA device, got {device}")
+        if streams < 1:
+            raise ValueError(f"streams must be at least 1, got {streams}")
+        self.device = device
+        self.sides = [torch.cuda.Stream(device) for _ in range(streams)]
+        self._turn = 0
+        self._events: list[torch.cuda.Event] = []  # made once, reused every token in the same order
+        self._used = 0
+        self._open = False
+        self._pending = None  # (pool, idx, q0): the last call's flush, not forked yet
+        self._deferred = None  # (pool, q0): the previous scope's last flush, pool-wide
+        self._inflight: dict[int, torch.cuda.Event] = {}  # id(pool) -> its flush's end, this scope
+        self._all_slots: dict[int, torch.Tensor] = {}  # id(pool) -> int32 [1 .. NS - 1], made once
+
+    def __enter__(self) -> "Overlap":
+        if self._open:
+            raise RuntimeError("this Overlap scope is already open")
+        self._open, self._used, self._inflight, self._turn = True, 0, {}, 0
+        if self._deferred is not None:
+            pool, q0 = self._deferred
+            self._deferred = None
+            self._fork(pool, self._every_slot(pool), q0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._open = False
+        if self._pending is not None:
+            pool, _, q0 = self._pending
+            self._deferred, self._pending = (pool, q0), None
+        main = torch.cuda.current_stream(self.device)
+        for side in self.sides:  # every fork rejoins
+            main.wait_stream(side)
+
+    def close(self) -> None:
+        """Flush now, on the current stream, what the last scope deferred (no-op if nothing)."""
+        if self._deferred is not None:
+            pool, q0 = self._deferred
+            self._deferred = None
+            flush_inplace(pool, self._every_slot(pool), q0)
+
+    def _event(self) -> torch.cuda.Event:
+        if self._used == len(self._events):
+            self._events.append(torch.cuda.Event())
+        self._used += 1
+        return self._events[self._used - 1]
+
+    def _every_slot(self, pool: Pool) -> torch.Tensor:
+        key = id(pool)
+        if key not in self._all_slots:
+            self._all_slots[key] = torch.arange(1, pool.num_slots, dtype=torch.int32, device=pool.device)
+        return self._all_slots[key]
+
+    def _fork(self, pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
+        # the flush on the next side stream, after everything issued so far on the current one
+        main = torch.cuda.current_stream(self.device)
+        side = self.sides[self._turn % len(self.sides)]
+        self._turn += 1
+        start = self._event()
+        start.record(main)
+        side.wait_event(start)
+        with torch.cuda.stream(side):
+            flush_inplace(pool, idx, q0)
+        done = self._event()
+        done.record(side)
+        self._inflight[id(pool)] = done
+
+    def _step(self, pool: Pool, idx, q0, step) -> None:
+        if not self._open:
+            raise RuntimeError("decode_inplace(..., overlap=scope) outside `with scope:`")
+        main = torch.cuda.current_stream(self.device)
+        done = self._inflight.pop(id(pool), None)
+        if done is not None:  # this pool's flush, forked in this scope, before its step
+            main.wait_event(done)
+        if self._pending is not None:
+            self._fork(*self._pending)
+        step()
+        self._pending = (pool, idx, q0)
+
+
+def decode_inplace(pool: Pool, idx: torch.Tensor, mixed: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                   A_log: torch.Tensor, dt_bias: torch.Tensor, o: torch.Tensor, q0: torch.Tensor,
+                   overlap: Overlap | None = None) -> None:
+    """One KDA layer's state work for one token: the decode step of the sequences ``idx``
+    (``step_inplace``: output into ``o``, entry appended) and the flush of the windows that fill
+    (``flush_inplace``).
+
+    Without ``overlap`` (eager engines, piecewise graphs): the step, then the flush, on the
+    current stream. With an open ``Overlap`` scope: the step on the current stream now, and this
+    call's flush forked onto the scope's side stream when the next call in the scope comes (after
+    this step), or deferred to the next scope (the last call of a token), so that it runs beside
+    the model's other work. Either way no host synchronisation, nothing allocated (after a
+    scope's first token), capturable in a CUDA graph; the arguments and their errors are those of
+    ``step_inplace`` and ``flush_inplace``.
+
+    Args (``N = len(idx)``, ``NH = pool.heads``): ``pool``, ``idx``, ``mixed``, ``a``, ``b``,
+    ``A_log``, ``dt_bias``, ``o`` as ``step_inplace``; ``q0`` fp32 ``[V, R]`` as
+    ``flush_inplace``; ``overlap``: an ``Overlap`` scope, open.
+
+    Raises: as ``step_inplace`` and ``flush_inplace``; RuntimeError for a scope that is not open.
+    Source: LeapQuant (arXiv 2609.38166); NVlabs/kda requests conless-leapquant-kda-step and
+    conless-leapquant-kda-flush.
+    """
+    check_q0(q0, pool.device)  # before the step: the flush may run later
+    if overlap is None:
+        step_inplace(pool, idx, mixed, a, b, A_log, dt_bias, o)
+        flush_inplace(pool, idx, q0)
+        return
+    overlap._step(pool, idx, q0, lambda: step_inplace(pool, idx, mixed, a, b, A_log, dt_bias, o))

@@ -1,0 +1,100 @@
+"""decode_inplace, the one call per layer and token: without a scope it is step_inplace then
+flush_inplace (CPU, bit for bit); with an Overlap scope on CUDA (the flush on a side stream,
+the last layer's deferred to the next token) the pools and outputs are the serial ones, bit for
+bit, eagerly and replayed from a CUDA graph; the scope refuses misuse."""
+
+import contextlib
+
+import pytest
+import torch
+
+import step_checks
+from leapquant.eval import step_inputs
+from leapquant.kda import H, L, R, V, Pool, flush_inplace, step_inplace
+from leapquant.kda.layer import Overlap, decode_inplace
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _layers(device, n_layers=3, B=5, seed=1):
+    """``n_layers`` pools of B sequences at staggered fill counts (sequence i at i * 3 mod L), and a
+    token's inputs."""
+    pools = []
+    for layer in range(n_layers):
+        pool = Pool(B + 1, device)
+        x = step_inputs.make("random", B, device, seed + layer)
+        for name in step_checks.CKPT + step_checks.WIN:
+            getattr(pool, name)[1:] = x[name]
+        pool.hcnt[1:] = ((torch.arange(B, device=device) * 3 + layer) % L).to(torch.int32)[:, None]
+        pools.append(pool)
+    tok = step_inputs.tokens(B, device, seed + 7)
+    params = step_inputs.model_params(device)
+    idx = torch.arange(1, B + 1, dtype=torch.int32, device=device)
+    q0 = torch.randn(V, R, generator=torch.Generator(device=device).manual_seed(seed), device=device)
+    return pools, (idx, step_checks.mixed_rows(tok), tok["a"], tok["b"], params["A_log"], params["dt_bias"]), q0
+
+
+def _same(pools_a, pools_b):
+    return all(step_checks.same_bits(getattr(a, n), getattr(b, n))
+               for a, b in zip(pools_a, pools_b) for n in step_checks.POOL_TENSORS)
+
+
+def test_without_a_scope_it_is_the_step_then_the_flush():
+    pools, args, q0 = _layers("cpu", 1)
+    ref, _, _ = _layers("cpu", 1)
+    idx, mixed, a, b, A_log, dt_bias = args
+    o, o_ref = (torch.empty(idx.numel(), H, V, dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(L + 2):  # every window fills and is flushed once
+        decode_inplace(pools[0], idx, mixed, a, b, A_log, dt_bias, o, q0)
+        step_inplace(ref[0], idx, mixed, a, b, A_log, dt_bias, o_ref)
+        flush_inplace(ref[0], idx, q0)
+        assert step_checks.same_bits(o, o_ref)
+    assert _same(pools, ref) and int(pools[0].errors.sum()) == 0
+    with pytest.raises(ValueError, match="q0"):  # checked before the step runs
+        decode_inplace(pools[0], idx, mixed, a, b, A_log, dt_bias, o, q0[:64])
+    with pytest.raises(ValueError, match="CUDA"):
+        Overlap("cpu")
+
+
+@requires_cuda
+@pytest.mark.gpu
+def test_overlap_gives_the_serial_bits_eagerly_and_from_a_graph():
+    serial, args, q0 = _layers("cuda")
+    eager, _, _ = _layers("cuda")
+    graphed, _, _ = _layers("cuda")
+    idx, mixed, a, b, A_log, dt_bias = args
+    outs = {k: [torch.empty(idx.numel(), H, V, dtype=torch.bfloat16, device="cuda") for _ in serial]
+            for k in ("serial", "eager", "graphed")}
+    scope, scope_g = Overlap("cuda"), Overlap("cuda")
+
+    def token(pools, o, overlap):
+        with overlap or contextlib.nullcontext():
+            for pool, out in zip(pools, o):
+                decode_inplace(pool, idx, mixed, a, b, A_log, dt_bias, out, q0, overlap=overlap)
+
+    for _ in range(2):  # the graph is captured after eager tokens, as engines warm up
+        token(serial, outs["serial"], None)
+        token(eager, outs["eager"], scope)
+        token(graphed, outs["graphed"], scope_g)
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        token(graphed, outs["graphed"], scope_g)
+    torch.cuda.current_stream().wait_stream(side)
+    for t in range(2 * L):
+        token(serial, outs["serial"], None)
+        token(eager, outs["eager"], scope)
+        graph.replay()
+        torch.cuda.synchronize()
+        for k in ("eager", "graphed"):
+            assert all(step_checks.same_bits(x, y) for x, y in zip(outs["serial"], outs[k])), (k, t)
+    scope.close()  # the last layer's deferred flush, now
+    scope_g.close()
+    torch.cuda.synchronize()
+    assert _same(serial, eager) and _same(serial, graphed)
+    assert all(int(p.errors.sum()) == 0 for p in eager + graphed)  # no step met a full window
+    with pytest.raises(RuntimeError, match="outside"):
+        decode_inplace(serial[0], idx, mixed, a, b, A_log, dt_bias, outs["serial"][0], q0, overlap=scope)
+    with scope, pytest.raises(RuntimeError, match="already open"):
+        scope.__enter__()
