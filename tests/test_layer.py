@@ -52,8 +52,17 @@ def test_without_a_scope_it_is_the_step_then_the_flush():
     assert _same(pools, ref) and int(pools[0].errors.sum()) == 0
     with pytest.raises(ValueError, match="q0"):  # checked before the step runs
         decode_inplace(pools[0], idx, mixed, a, b, A_log, dt_bias, o, q0[:64])
-    with pytest.raises(ValueError, match="CUDA"):
-        Overlap("cpu")
+    with pytest.raises(ValueError, match="streams"):
+        Overlap("cpu", streams=0)
+    # a CPU scope: each call in turn, the same bits
+    scope = Overlap("cpu")
+    for _ in range(L):
+        with scope:
+            decode_inplace(pools[0], idx, mixed, a, b, A_log, dt_bias, o, q0, overlap=scope)
+        step_inplace(ref[0], idx, mixed, a, b, A_log, dt_bias, o_ref)
+        flush_inplace(ref[0], idx, q0)
+        assert step_checks.same_bits(o, o_ref)
+    assert _same(pools, ref)
 
 
 @requires_cuda

@@ -1,5 +1,5 @@
-"""README's decode-step snippet runs as written (on the GPU where there is one, else on CPU) and
-leaves the pool as its comments say: 32 tokens on 8 sequences, two windows filled and flushed."""
+"""README's engine loop runs as written (on the GPU where there is one, else on the CPU) and leaves
+the pools as its comments say: 20 tokens, every window filled and flushed once, 4 entries since."""
 
 import pathlib
 
@@ -8,16 +8,17 @@ import torch
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_decode_step_snippet_runs_as_written():
+def test_engine_loop_snippet_runs_as_written():
     text = README.read_text()
-    start = text.index("```python", text.index("## The decode step")) + len("```python\n")
+    start = text.index("```python", text.index("## The engine's loop")) + len("```python\n")
     code = text[start : text.index("```", start)]
     scope: dict = {}
-    exec(compile(code, "README.md (decode step)", "exec"), scope)
-    pool, idx, o = scope["pool"], scope["idx"], scope["o"]
-    L = pool.kbuf.shape[-2]
+    exec(compile(code, "README.md (the engine's loop)", "exec"), scope)
+    pools, idx, o = scope["pools"], scope["idx"], scope["o"]
+    scope["overlap"].close()  # a deferred flush, if any
     slots = idx.long()
     assert torch.isfinite(o.float()).all() and (o != 0).any()
-    assert (pool.hcnt[slots] == L).all()  # token 32 filled the second window, and it was flushed
-    assert (pool.w[slots] == 0).all() and (pool.gbuf[slots] == 1).all()
-    assert scope["k_row"].shape == scope["x"]["kx"].shape  # the functional form ran too
+    for pool in pools:
+        assert (pool.hcnt[slots] == 4).all()  # 16 tokens filled the window, it was flushed, 4 more since
+        assert (pool.w[slots][..., 4:] == 0).all() and (pool.w[slots][..., :4] == 1).all()
+        assert int(pool.errors.sum()) == 0  # no step met a full window

@@ -45,17 +45,18 @@ class Overlap:
     One ``Pool`` per layer, as engines allocate state: a call waits for its pool's flush forked
     earlier in the scope, so two layers on one pool would run one after the other.
 
-    Raises: RuntimeError when a scope is opened twice; ValueError for a non-CUDA device.
+    On a device other than CUDA the scope holds no streams and each call runs its step and its
+    flush in turn (the same code serves both).
+
+    Raises: RuntimeError when a scope is opened twice; ValueError for ``streams < 1``.
     """
 
     def __init__(self, device="cuda", streams: int = FLUSH_STREAMS):
         device = torch.device(device)
-        if device.type != "cuda":
-            raise ValueError(f"an Overlap scope needs a CUDA device, got {device}")
         if streams < 1:
             raise ValueError(f"streams must be at least 1, got {streams}")
         self.device = device
-        self.sides = [torch.cuda.Stream(device) for _ in range(streams)]
+        self.sides = [torch.cuda.Stream(device) for _ in range(streams)] if device.type == "cuda" else []
         self._turn = 0
         self._events: list[torch.cuda.Event] = []  # made once, reused every token in the same order
         self._used = 0
@@ -77,6 +78,8 @@ class Overlap:
 
     def __exit__(self, *exc) -> None:
         self._open = False
+        if not self.sides:
+            return
         if self._pending is not None:
             pool, _, q0 = self._pending
             self._deferred, self._pending = (pool, q0), None
@@ -120,6 +123,10 @@ class Overlap:
     def _step(self, pool: Pool, idx, q0, step) -> None:
         if not self._open:
             raise RuntimeError("decode_inplace(..., overlap=scope) outside `with scope:`")
+        if not self.sides:  # not CUDA: in turn
+            step()
+            flush_inplace(pool, idx, q0)
+            return
         main = torch.cuda.current_stream(self.device)
         done = self._inflight.pop(id(pool), None)
         if done is not None:  # this pool's flush, forked in this scope, before its step

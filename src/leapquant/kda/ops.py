@@ -19,7 +19,9 @@ from .geometry import K, L
 from .pool import checkpoint_views, split_mixed
 from .step.naive import step_cpu
 
-LIBRARY = "leapquant"
+# the ops' namespace: the package's own name, so that a copy of the package loaded under another
+# name (Hugging Face kernels' build variants) registers ops of its own
+LIBRARY = __name__.split(".")[0]
 
 
 def pool_views(raw: torch.Tensor, kbuf, ubuf, gbuf, w, pcum, hcnt: torch.Tensor, layout: str) -> tuple:
