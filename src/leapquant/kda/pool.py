@@ -141,15 +141,7 @@ class Pool:
         if num_slots < 2:
             raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
         for name, (dtype, shape, _) in state_specs(num_slots, heads).items():
-            t = given[name]
-            if t.dtype != dtype:
-                raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
-            if tuple(t.shape) != shape:
-                raise ValueError(f"{name} must have shape {list(shape)}, got {list(t.shape)}")
-            if t.device != hcnt.device:
-                raise ValueError(f"{name} is on {t.device}, but hcnt is on {hcnt.device}")
-            if not t.is_contiguous():
-                raise ValueError(f"{name} must be contiguous")
+            check_spec(name, given[name], dtype, shape, hcnt.device, "hcnt")
         align = 128 if raw.is_cuda else 16  # (CPU allocations are 64-byte aligned; the interpreter copies 16 bytes)
         if raw.data_ptr() % align:
             raise ValueError(f"raw must be {align}-byte aligned (each checkpoint region starts on such a boundary)")
@@ -326,13 +318,20 @@ def check_index_tensor(name: str, idx, pool: Pool) -> None:
 def check_on_pool(name: str, t, dtype: torch.dtype, shape: tuple[int, ...], pool: Pool, dense: bool = True) -> None:
     """TypeError unless ``t`` is a ``dtype`` tensor; ValueError unless it has ``shape``, lies on
     the pool's device and (``dense``) is contiguous."""
+    check_spec(name, t, dtype, shape, pool.device, "the pool", dense)
+
+
+def check_spec(name: str, t, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device, owner: str,
+               dense: bool = True) -> None:
+    """TypeError unless ``t`` is a ``dtype`` tensor; ValueError unless it has ``shape``, lies on
+    ``device`` (``owner``'s, named in the message) and (``dense``) is contiguous."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != dtype:
         raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
     if tuple(t.shape) != shape:
         raise ValueError(f"{name} must have shape {list(shape)}, got {list(t.shape)}")
-    if t.device != pool.device:
-        raise ValueError(f"{name} is on {t.device}, but the pool is on {pool.device}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, but {owner} is on {device}")
     if dense and not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous")

@@ -133,15 +133,18 @@ def entry_decay(g_after, en, h, j):
 
 @triton.jit
 def write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new,
-                prog, out_row, h, n, j, kn, u_new, en, pcum_n, w_all, IN_PLACE: tl.constexpr,
+                prog, out_row, h, n, j, kn, u_new, en, pcum_n, w_all, full, errors, IN_PLACE: tl.constexpr,
                 NK: tl.constexpr, NV: tl.constexpr, NL: tl.constexpr):
     """The step's window entry: in pool form (``IN_PLACE``) appended in place -- ``kbuf``, ``ubuf``,
     ``gbuf`` row ``h`` of program ``prog`` (bf16 ``kn``, bf16 ``u_new``, fp16 ``en``), ``w[h] = 1``,
     ``pcum = pcum_new``, ``fill = h + 1`` (the caller has made every thread's reads of them happen
-    first); in functional form the fresh outputs ``k_row``, ``u_row`` (row ``out_row``), ``g_row``,
-    ``w_new`` (``w_all`` with entry ``h`` set to 1) and ``pcum_new``. ``n`` [K] (= [V]) and ``j``
-    [L] are the offsets, in the layouts of the vectors stored."""
-    if IN_PLACE:
+    first) -- unless ``full`` (a full window never flushed: nothing appended, 1 added to the
+    counter ``errors``); in functional form the fresh outputs ``k_row``, ``u_row`` (row
+    ``out_row``), ``g_row``, ``w_new`` (``w_all`` with entry ``h`` set to 1) and ``pcum_new``. ``n``
+    [K] (= [V]) and ``j`` [L] are the offsets, in the layouts of the vectors stored."""
+    if full:
+        tl.atomic_add(errors, 1)
+    elif IN_PLACE:
         kwin = prog * (NL * NK)
         tl.store(ubuf + prog * (NL * NV) + h * NV + n, round_bf16(u_new))
         tl.store(kbuf + kwin + h * NK + n, round_bf16(kn))

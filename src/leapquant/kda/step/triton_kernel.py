@@ -149,11 +149,8 @@ def _step_kernel(
     # the appended entry (pool form) or the fresh outputs
     if IN_PLACE:
         tl.debug_barrier()  # every thread has read the window, pcum and the fill count
-    if full:  # nothing appended: the window stays as it is, the program is counted
-        tl.atomic_add(errors, 1)
-    else:
-        write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, k, j,
-                    kn, u_new, en, pcum_n, w_all, IN_PLACE, NK, NV, NL)
+    write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, k, j,
+                kn, u_new, en, pcum_n, w_all, full, errors, IN_PLACE, NK, NV, NL)
 
 
 def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None, guard_full=False):
