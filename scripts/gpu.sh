@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The one GPU run (an H100 or H200): the GPU tests, then `python -m leapquant.bench` (accuracy at
-# every batch size; the flush, the step, the two pool layouts, the engine loop against fla), then
-# the decode loop against fla over 16 windows. Logs and JSON under $OUT (./out when unset): one
+# The one GPU run (an H100 or H200): `python -m leapquant.bench` (accuracy at every batch size; the
+# flush, the step, the two pool layouts, the engine loop against fla) on a quiet GPU first, then
+# the decode loop against fla over 16 windows, then the GPU tests. Logs and JSON under $OUT (./out when unset): one
 # text log gpu.log, bench.json, decode_loop.json; a short table last.
 #   [TEST_S=seconds, 0: no tests] [TESTS="pytest args"] [BENCH_S=seconds, 0: no bench]
 #   [SECTIONS=flush,step,layouts,engine] [SIZES=16,32,64,128,256,512] [LOOP_S=seconds, 0: no loop]
@@ -22,12 +22,6 @@ if ls .whl/*.whl > /dev/null 2>&1; then
 fi
 log="$OUT/gpu.log"
 { date -u; nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"; } > "$log" 2>&1
-if [ "${TEST_S:-420}" != 0 ]; then
-  echo "===== pytest -m gpu ${TESTS:-tests/}" >> "$log"
-  timeout "${TEST_S:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 ${TESTS:-tests/} >> "$log" 2>&1
-  echo "gpu tests: $(grep -E '(passed|failed|error)' "$log" | tail -n 1)"
-  grep -E "^(FAILED|ERROR)" "$log" | head -20
-fi
 sizes=${SIZES:+--batch-sizes $SIZES}
 for opt in "$@"; do
   case "$opt" in
@@ -51,6 +45,12 @@ if [ "${BENCH_S:-300}" != 0 ]; then
   timeout "${BENCH_S:-300}" python3 -m leapquant.bench --sections "${SECTIONS:-flush,step,layouts,engine}" $sizes \
     ${FLUSH_CTAS:+--engine-flush-ctas $FLUSH_CTAS} ${STREAMS:+--engine-streams $STREAMS} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
   echo "bench: exit $?"; cat "$OUT/bench.log" >> "$log"
-  sed -n '/^\(flush, every program due\|decode step\|layouts\|engine loop\)/,$p' "$OUT/bench.log"
+  grep -v "^  .* done" "$OUT/bench.log" | sed -n '/^\(flush, every program due\|decode step\|layouts\|engine loop\)/,$p' 
   rm "$OUT/bench.log"
+fi
+if [ "${TEST_S:-420}" != 0 ]; then
+  echo "===== pytest -m gpu ${TESTS:-tests/}" >> "$log"
+  timeout "${TEST_S:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 ${TESTS:-tests/} >> "$log" 2>&1
+  echo "gpu tests: $(grep -E '(passed|failed|error)' "$log" | tail -n 1)"
+  grep -E "^(FAILED|ERROR)" "$log" | head -20
 fi

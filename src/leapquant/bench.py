@@ -273,26 +273,24 @@ def _report(args, device) -> tuple[int, dict]:
     if bandwidth:
         env["copy_bandwidth_GBps"] = bandwidth / 1e9
         print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s (read + write); floors = bytes a program / bandwidth")
-    payload, all_ok, tables = {"env": env}, True, []
+    payload, all_ok = {"env": env}, True
+
+    def done(part: dict, text: str) -> None:  # each section's table as soon as it is measured
+        payload.update(part)
+        print("\n" + text + "\n", flush=True)
+
     if "flush" in args.sections:
         ok, part, text = _flush_section(sizes, device, timing, bandwidth)
         all_ok &= ok
-        payload.update(part)
-        tables.append(text)
+        done(part, text)
     if "step" in args.sections:
         ok, part, text = _step_section(sizes, device, timing, bandwidth)
         all_ok &= ok
-        payload.update(part)
-        tables.append(text)
+        done(part, text)
     if timing and "layouts" in args.sections:
-        part, text = _layouts_section(args.layout_sizes, device)
-        payload.update(part)
-        tables.append(text)
+        done(*_layouts_section(args.layout_sizes, device))
     if timing and "engine" in args.sections:
-        part, text = _engine_section(sizes, device, bandwidth, args.engine_flush_ctas, args.engine_streams)
-        payload.update(part)
-        tables.append(text)
-    print("\n" + "\n\n".join(tables))
+        done(*_engine_section(sizes, device, bandwidth, args.engine_flush_ctas, args.engine_streams))
     return (0 if all_ok else 1), payload
 
 
