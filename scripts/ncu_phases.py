@@ -3,7 +3,7 @@
     python scripts/ncu_phases.py SASS_CSV ELAPSED_CYCLES PROGRAMS [--in-place [--tile T]] [--opcodes N] [--code]
 
 SASS_CSV (plain or gzip) is `ncu -i REPORT --page source --csv --print-source sass` of one `_flush_kernel`
-launch (`bash scripts/h200.sh --ncu` writes it); ELAPSED_CYCLES the launch's "Elapsed Cycles"
+launch (`bash scripts/gpu.sh --ncu` writes it); ELAPSED_CYCLES the launch's "Elapsed Cycles"
 from the same report (SM cycles at the clock it ran at, which ncu does not fix: ~1.79 GHz
 in the H200 runs, not the 1.98 GHz boost clock) and PROGRAMS the programs it flushed
 (`scripts/ncu_target.py 64`: 2048, functional mode). The kernel is compiled

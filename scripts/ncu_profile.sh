@@ -8,6 +8,7 @@
 # run in seconds (default 200).
 #   bash scripts/ncu_profile.sh REGEX PREFIX COMMAND [ARG ...]
 set -u
+case "${1:-}" in -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 [ $# -ge 3 ] || { echo "usage: bash scripts/ncu_profile.sh REGEX PREFIX COMMAND [ARG ...]"; exit 2; }
 regex=$1
 prefix=$2

@@ -98,7 +98,7 @@ def test_digits_hold_the_criterion_within_their_range(spread_bits):
 
 def test_digits_lose_channels_far_below_the_largest():
     # the scheme's known limit (NOTES, "The digits' range"): at a 2^28 spread six digits (the
-    # kernel's before the tenth session) fail where the fp32 path passes, eight pass; at 2^38 eight
+    # kernel's before 2026-12-03) fail where the fp32 path passes, eight pass; at 2^38 eight
     # fail too (2^36 passes: test above)
     x = one_dominant_channel(28)
     assert step_criterion.judge(naive.step_cpu(**x), x)[0]

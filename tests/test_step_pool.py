@@ -78,7 +78,7 @@ def test_write_state_rejects_bad_arguments():
                 check=True)
 
 
-# Measured on CPU (NOTES.md, "Decode loop vs fla"): per-window ||o - o_fla|| / ||o_fla|| 2.37e-3, 2.44e-3 (the
+# Measured on CPU (docs/benchmarks.md): per-window ||o - o_fla|| / ||o_fla|| 2.37e-3, 2.44e-3 (the
 # bf16 output alone: 1.66e-3), worst (sequence, head) 2.9e-3, 3.0e-3; with slow gates 5.2e-3, 6.6e-3
 # (worst head 5.6e-3, 7.5e-3), levelling off near 9e-3 after 8 windows. The bounds leave ~2x.
 @pytest.mark.parametrize("bias_shift, rel_bound, head_bound, growth", [(0.0, 5e-3, 8e-3, 1.5), (-4.0, 1.5e-2, 2e-2, 2.0)],

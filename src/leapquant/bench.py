@@ -287,6 +287,8 @@ def _report(args, device) -> tuple[int, dict]:
         ok, part, text = _step_section(sizes, device, timing, bandwidth)
         all_ok &= ok
         done(part, text)
+    if not timing and {"layouts", "engine"} & set(args.sections):
+        print("layouts, engine: timing sections, skipped" + (" (--skip-timing)" if on_gpu else " without a GPU"))
     if timing and "layouts" in args.sections:
         done(*_layouts_section(args.layout_sizes, device))
     if timing and "engine" in args.sections:

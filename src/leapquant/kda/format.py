@@ -84,7 +84,7 @@ def check_tensor(name: str, t, dtype: torch.dtype, trailing: tuple[int, ...], le
         raise ValueError(f"{name} must have shape [{', '.join(dims)}], got {list(shape)}")
 
 
-def check_batch(fields: dict[str, torch.Tensor], specs: dict | None = None) -> tuple[int, torch.device]:
+def check_batch(fields: dict[str, torch.Tensor], specs: dict | None = None) -> tuple[int, int, torch.device]:
     """Check a batch of per-program inputs: every ``fields[name]`` has the dtype and trailing
     shape ``specs[name]`` gives (default: the flush's checkpoint and window), shape
     ``[B, NH, ...]`` with one batch size ``B``, one head count ``NH`` of ``HEAD_COUNTS`` and one

@@ -224,7 +224,7 @@ def check_step_call(pool: Pool, idx, mixed, a, b, A_log, dt_bias, o) -> None:
     """The checks of ``step_inplace``'s arguments (no host sync); raises as it documents."""
     check_call(pool, idx)
     n, heads = idx.shape[0], pool.heads
-    check_on_pool("mixed", mixed, torch.bfloat16, (n, mixed_width(heads)), pool, dense=False)
+    check_on_pool(f"mixed (a pool of {heads} heads)", mixed, torch.bfloat16, (n, mixed_width(heads)), pool, dense=False)
     if mixed.stride(1) != 1:
         raise ValueError(f"mixed must have unit inner stride, got strides {list(mixed.stride())}")
     check_on_pool("a", a, torch.bfloat16, (n, heads, K), pool)

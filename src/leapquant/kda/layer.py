@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from .format import check_q0
-from .interface import flush_inplace, step_inplace
+from .interface import check_step_call, flush_inplace, step_inplace
 from .pool import Pool
 
 FLUSH_STREAMS = 2  # side streams of an Overlap scope
@@ -29,12 +29,12 @@ class Overlap:
     with the work that follows them.
 
     ``with overlap:`` around every layer's ``decode_inplace(..., overlap=overlap)`` of a token;
-    create it once (it holds the side stream and its events) and open it every token, eagerly or
-    inside a CUDA-graph capture. On entry the last call of the previous scope flushes every full
-    window of its pool (on the side stream, beside this token's first layers); on exit the side
-    stream rejoins the current one. Between scopes the windows the last call filled stay full:
-    ``read_state`` reads them whole; ``close()`` flushes them now (before stepping that pool
-    without a scope, or dropping the scope).
+    create it once (it holds the side streams and their events) and open it every token, eagerly
+    or inside a CUDA-graph capture. On entry the last call of the previous scope flushes its
+    sequences' full windows (on a side stream, beside this token's first layers); on exit the
+    side streams rejoin the current one. Between scopes the windows the last call filled stay
+    full: ``read_state`` reads them whole; ``close()`` flushes them now (before stepping that pool
+    without a scope, copying its slots with ``copy_slots`` or dropping the scope).
 
     Args:
         device: the CUDA device of the pools.
@@ -48,7 +48,8 @@ class Overlap:
     On a device other than CUDA the scope holds no streams and each call runs its step and its
     flush in turn (the same code serves both).
 
-    Raises: RuntimeError when a scope is opened twice; ValueError for ``streams < 1``.
+    Raises: RuntimeError when a scope is opened twice; ValueError for ``streams < 1`` or a CUDA
+    device without CUDA.
     """
 
     def __init__(self, device="cuda", streams: int = FLUSH_STREAMS):
@@ -56,33 +57,31 @@ class Overlap:
         if streams < 1:
             raise ValueError(f"streams must be at least 1, got {streams}")
         self.device = device
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device is cuda, but CUDA is not available: pass device='cpu'")
         self.sides = [torch.cuda.Stream(device) for _ in range(streams)] if device.type == "cuda" else []
         self._turn = 0
         self._events: list[torch.cuda.Event] = []  # made once, reused every token in the same order
         self._used = 0
         self._open = False
         self._pending = None  # (pool, idx, q0): the last call's flush, not forked yet
-        self._deferred = None  # (pool, q0): the previous scope's last flush, pool-wide
+        self._deferred = None  # (pool, idx, q0): the previous scope's last flush
         self._inflight: dict[int, torch.cuda.Event] = {}  # id(pool) -> its flush's end, this scope
-        self._all_slots: dict[int, torch.Tensor] = {}  # id(pool) -> int32 [1 .. NS - 1], made once
 
     def __enter__(self) -> "Overlap":
         if self._open:
             raise RuntimeError("this Overlap scope is already open")
         self._open, self._used, self._inflight, self._turn = True, 0, {}, 0
         if self._deferred is not None:
-            pool, q0 = self._deferred
-            self._deferred = None
-            self._fork(pool, self._every_slot(pool), q0)
+            deferred, self._deferred = self._deferred, None
+            self._fork(*deferred)
         return self
 
     def __exit__(self, *exc) -> None:
         self._open = False
         if not self.sides:
             return
-        if self._pending is not None:
-            pool, _, q0 = self._pending
-            self._deferred, self._pending = (pool, q0), None
+        self._deferred, self._pending = self._pending, None
         main = torch.cuda.current_stream(self.device)
         for side in self.sides:  # every fork rejoins
             main.wait_stream(side)
@@ -90,21 +89,14 @@ class Overlap:
     def close(self) -> None:
         """Flush now, on the current stream, what the last scope deferred (no-op if nothing)."""
         if self._deferred is not None:
-            pool, q0 = self._deferred
-            self._deferred = None
-            flush_inplace(pool, self._every_slot(pool), q0)
+            deferred, self._deferred = self._deferred, None
+            flush_inplace(*deferred)
 
     def _event(self) -> torch.cuda.Event:
         if self._used == len(self._events):
             self._events.append(torch.cuda.Event())
         self._used += 1
         return self._events[self._used - 1]
-
-    def _every_slot(self, pool: Pool) -> torch.Tensor:
-        key = id(pool)
-        if key not in self._all_slots:
-            self._all_slots[key] = torch.arange(1, pool.num_slots, dtype=torch.int32, device=pool.device)
-        return self._all_slots[key]
 
     def _fork(self, pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
         # the flush on the next side stream, after everything issued so far on the current one
@@ -160,7 +152,8 @@ def decode_inplace(pool: Pool, idx: torch.Tensor, mixed: torch.Tensor, a: torch.
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda requests conless-leapquant-kda-step and
     conless-leapquant-kda-flush.
     """
-    check_q0(q0, pool.device)  # before the step: the flush may run later
+    check_step_call(pool, idx, mixed, a, b, A_log, dt_bias, o)  # every argument before any work:
+    check_q0(q0, pool.device)  # the flush may run later, the previous call's is forked first
     if overlap is None:
         step_inplace(pool, idx, mixed, a, b, A_log, dt_bias, o)
         flush_inplace(pool, idx, q0)

@@ -160,7 +160,8 @@ class Pool:
         self.u = self.uq[..., :K]
         self.q = self.uq[..., K:]
         self.errors = torch.zeros(len(ERROR_KINDS), dtype=torch.int32, device=dev)
-        self.kernel = self.step_kernel = self.kernel_reason = None  # CPU: the PyTorch flush and step
+        self.kernel = self.step_kernel = None  # CPU: the PyTorch flush and step
+        self.kernel_reason = "no CUDA device: the fp32 PyTorch paths"
         self.picks = None
         if dev.type == "cuda":
             from .kernel import choose_for_pool
@@ -290,14 +291,15 @@ def _check_heads(heads: int) -> None:
         raise ValueError(f"heads must be one of {HEAD_COUNTS}, got {heads}")
 
 
-def check_call(pool, idx) -> None:
-    """The checks every in-place call makes on its pool and slot ids, without reading the ids'
-    values (no host sync): TypeError unless ``pool`` is a ``Pool`` of this package and ``idx`` an
-    int32 tensor; ValueError unless ``idx`` is 1-D, contiguous and on the pool's device."""
+def check_call(pool, idx, name: str = "idx") -> None:
+    """The checks every in-place call makes on its pool and slot ids (``name`` in messages),
+    without reading the ids' values (no host sync): TypeError unless ``pool`` is a ``Pool`` of
+    this package and ``idx`` an int32 tensor; ValueError unless ``idx`` is 1-D, contiguous and on
+    the pool's device."""
     if not isinstance(pool, Pool):
         raise TypeError(f"pool must be a {Pool.__module__}.Pool, got {type(pool).__module__}.{type(pool).__qualname__}"
                         " (a Pool of another copy of the package?)")
-    check_index_tensor("idx", idx, pool)
+    check_index_tensor(name, idx, pool)
 
 
 def check_index_tensor(name: str, idx, pool: Pool) -> None:

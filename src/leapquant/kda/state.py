@@ -160,7 +160,7 @@ def copy_slots(pool: Pool, src: torch.Tensor, dst: torch.Tensor) -> None:
         ValueError: ``src`` or ``dst`` not 1-D, not contiguous or on another device, or of
             different lengths.
     """
-    check_call(pool, src)
+    check_call(pool, src, "src")
     check_index_tensor("dst", dst, pool)
     if src.shape != dst.shape:
         raise ValueError(f"src and dst must have the same length, got {src.shape[0]} and {dst.shape[0]}")

@@ -35,7 +35,7 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
   (two m64 tiles, 128 registers a thread); nothing the size of S is live during the iteration.
 - One warpgroup a program, two resident CTAs an SM (255 registers a thread): two programs'
   chains in flight on an SM, and the iteration's vector work, which every warp repeats on whole
-  [N] vectors, done by 4 warps a program instead of 8 (NOTES.md, "One warpgroup a program").
+  [N] vectors, done by 4 warps a program instead of 8 (docs/design.md).
 - ``_flush_program`` is not inlined, so that its per-thread constants are computed in each call
   instead of held across the persistent loop, and it allocates every shared buffer itself
   (Triton 3.6 lays a not-inlined function's scratch from offset 0, whatever its caller holds).
@@ -45,10 +45,10 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
   end keeps the buffer allocated to the end, so that the allocator places it lowest, under no
   scratch of the call (``tests/test_gluon_offline.py`` reads the offsets).
 
-Measured on the H200 (BENCHMARKS.md, eleventh session, A/B runs in one process each): 0.919 ms at
+Measured on the H200 (2026-12-03, A/B runs in one process each; docs/benchmarks.md): 0.919 ms at
 B=512 (4.1x the memory floor; the 8-warp, one-CTA-an-SM kernel before it 1.120), 0.0429 at B=16
 (0.0460); with nothing due 0.0042 ms at B=512 (0.0038), 1 in 16 due 0.0512 at B=256 (0.0501).
-Thirteenth session: the zero rows of the low-rank tiles no longer multiplied, -1 to -2% (B=512
+Then the zero rows of the low-rank tiles no longer multiplied, -1 to -2% (B=512
 0.906 ms against 0.919 in the same call). Fourteenth: the split columns picked in registers (-1.5
 to -2.2% at B >= 64), then the next program's copies under the last product (-2.7 to -4.6% at B
 >= 64, -2% at 1 in 16 due, +2.7% at B=16; B=512 0.864 ms against 0.888 in the same call).
@@ -79,7 +79,7 @@ from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CT
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4  # one warpgroup a program: it holds E's 128 rows (two m64 tiles)
 # uncapped: two CTAs of 128 threads an SM leave 255 registers a thread (8 warps a program at two
-# CTAs an SM, capped at 128, spilled and ran 22-36% slower: NOTES.md, "Two CTAs an SM, measured")
+# CTAs an SM, capped at 128, spilled and ran 22-36% slower: docs/design.md)
 MAX_REGISTERS = None
 CTAS_PER_SM = 2  # resident CTAs an SM: the persistent grid is this times the SMs
 assert CTAS_PER_SM <= MOST_CTAS_PER_SM  # the pool's pick scratch is sized for MOST_CTAS_PER_SM
@@ -402,7 +402,7 @@ def _store_parts(dst, c0, c1, c2, c3):
     # (VEC, held whole by every warp): each value split once in the CTA, each thread splitting
     # its four of SPLIT_COLS' (H200, 8 warps: -1.8% at B=512 against four warps splitting each value).
     # Warp r picks column r from the registers it holds, no exchange through shared memory (two
-    # barriers fewer a product: -1.5 to -2.2% at B >= 64, fourteenth session)
+    # barriers fewer a product: -1.5 to -2.2% at B >= 64, 2026-12-03)
     r = gl.arange(0, 4, layout=gl.SliceLayout(1, SPLIT_COLS))[:, None]
     hi, mid, lo = _split3_bf16(_select_rows(r, _split_row(c0), _split_row(c1), _split_row(c2), _split_row(c3)))
     parts = gl.join(gl.join(hi, lo), gl.join(mid, gl.zeros_like(hi)))  # [r, n, j, i]: part 2 i + j

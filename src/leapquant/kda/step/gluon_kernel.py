@@ -19,20 +19,20 @@ few shuffles and few shared-memory rounds, and the codes products on the integer
 - the codes and the window's live rows (16 KiB, plus 768 h - 256 B below a fill count h >= 1)
   are copied into shared memory (cp.async, 16 bytes a thread) while the small loads and the
   token's phase run, so no registers wait on them; at 72 registers a thread, 7 CTAs share an
-  SM. Rows at or past h are not read (eighteenth session: -12% at B=16, -5% at B=256, -1.4% at
+  SM. Rows at or past h are not read (2026-12-04: -12% at B=16, -5% at B=256, -1.4% at
   B=512 at fill count 1; even to +1.4% at a full window, where the copies' wait for h is all it
   changes).
 
-Measured on the H200 (BENCHMARKS.md, ninth session, A/B runs in one process): the integer tensor
+Measured on the H200 (2026-12-03, A/B runs in one process; docs/benchmarks.md): the integer tensor
 cores took 3% off at B >= 256 (21% fewer SASS instructions, 22% fewer executed: most became idle
 issue slots, each program being a chain of loads, reductions and exchanges), 6 CTAs an SM another
 2-3%, and one cross-warp reduction for the token's sums and the digits' scale (``token_side``)
 6-8% more: 0.0792 / 0.1493 ms at B = 256 / 512, 1.17x / 1.10x the step issue's memory floor.
-Eighteenth session (the window below the fill count, 7 CTAs an SM): 0.0749 / 0.1438 ms at fill
+2026-12-04 (the window below the fill count, 7 CTAs an SM): 0.0749 / 0.1438 ms at fill
 count 1, 1.10x / 1.06x the floor at that run's 4.21 TB/s; TileLang's step 0.0783 / 0.1479.
 The eight digits carry 55 bits below the largest element of f x: fp32 precision for every element
-within 2^31 of it (``emulation.py``; NOTES.md, "The digits' range"; six digits before the tenth
-session, as fast on the H200). NOTES.md lists what was tried.
+within 2^31 of it (``emulation.py``; six digits before 2026-12-03, as fast on the H200). docs/design.md
+lists what was tried.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
 only where it was verified). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request
@@ -56,11 +56,11 @@ from .tl_common import entry_decay, round_bf16, token_side, write_entry
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4
 # registers a thread may use: 72 lets 7 CTAs (28 warps, 222 KB of shared memory) share an SM, no
-# spills in either form. H200, eighteenth session, the window read below the fill count only:
-# -2.7% at B=512 and -2.9% at B=256 against 80 (6 CTAs), +0.9% at B=64. Ninth session, every
+# spills in either form. H200, 2026-12-04, the window read below the fill count only:
+# -2.7% at B=512 and -2.9% at B=256 against 80 (6 CTAs), +0.9% at B=64. 2026-12-03, every
 # window row read: 80 -3% at B=512 and -2% at B=256 against 96 (5 CTAs), +2% at B=64; 72 then
 # (one spilled word) -1% more at B=512 but +7% at B=64. Before the integer tensor cores the fp32
-# codes needed 96 (sixth session: -6.7% against 128)
+# codes needed 96 (2026-12-02: -6.7% against 128)
 MAX_REGISTERS = 72
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))  # [L, N]: a column a thread
 TOK = gl.constexpr(gl.BlockedLayout([4, 1], [1, 32], [1, 4], [0, 1]))  # [R, N]: a column a thread
@@ -194,7 +194,7 @@ def _step_kernel(
 
     # the codes' copy first, then the window's rows below the fill count h only (masked copies
     # zero-fill and read nothing): a program moves 33,870 B at h = L - 1 and 23,118 B at h = 1
-    # (34,638 B at every h before the eighteenth session: every row but gbuf's first).
+    # (34,638 B at every h before 2026-12-04: every row but gbuf's first).
     # The window's copies wait for h's load (ptxas also places that wait after the first of the
     # codes' eight copies a thread)
     jw = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))  # rows in reversed entry order
