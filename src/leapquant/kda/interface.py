@@ -106,6 +106,11 @@ def flush_inplace(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
     """
     check_call(pool, idx)
     check_q0(q0, pool.device)
+    flush_checked(pool, idx, q0)
+
+
+def flush_checked(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
+    """``flush_inplace`` on arguments already checked."""
     call(flush_op, flush_pool, pool.raw, pool.kbuf, pool.ubuf, pool.gbuf, pool.w, pool.pcum, pool.hcnt, pool.picks,
          idx, q0, pool.layout, pool.kernel or "", pool.flush_ctas_per_sm or 0)
 
@@ -216,6 +221,11 @@ def step_inplace(pool: Pool, idx: torch.Tensor, mixed: torch.Tensor, a: torch.Te
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-step.
     """
     check_step_call(pool, idx, mixed, a, b, A_log, dt_bias, o)
+    step_checked(pool, idx, mixed, a, b, A_log, dt_bias, o)
+
+
+def step_checked(pool: Pool, idx, mixed, a, b, A_log, dt_bias, o) -> None:
+    """``step_inplace`` on arguments already checked."""
     call(step_op, step_pool, pool.raw, pool.kbuf, pool.ubuf, pool.gbuf, pool.w, pool.pcum, pool.hcnt, pool.errors,
          idx, mixed, a, b, A_log, dt_bias, o, pool.layout, pool.step_kernel or "")
 

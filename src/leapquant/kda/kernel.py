@@ -106,11 +106,12 @@ def decide(device, op: str = "flush", heads: int = H, layout: str = "packed") ->
         where = "the CPU interpreter" if interpreting() or device.type != "cuda" else \
             "compute capability %d.%d (the Gluon kernels are for sm_90)" % torch.cuda.get_device_capability(device)
         return "triton", f"the portable kernel on {where}"
-    runs, why = _gluon_verdict(device, heads, layout)
     if forced == "gluon":
-        if _gluon_import_error() is not None:
-            raise ValueError(f"{FORCE_VARIABLE}=gluon, but {why}")
+        err = _gluon_import_error()
+        if err is not None:
+            raise ValueError(f"{FORCE_VARIABLE}=gluon, but the Gluon kernels do not import ({err})")
         return "gluon", f"{FORCE_VARIABLE}=gluon"
+    runs, why = _gluon_verdict(device, heads, layout)
     if runs:
         return "gluon", why
     _warn_once(device, why)

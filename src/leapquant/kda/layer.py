@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from .format import check_q0
-from .interface import check_step_call, flush_inplace, step_inplace
+from .interface import check_step_call, flush_checked, step_checked
 from .pool import Pool
 
 FLUSH_STREAMS = 2  # side streams of an Overlap scope
@@ -90,7 +90,7 @@ class Overlap:
         """Flush now, on the current stream, what the last scope deferred (no-op if nothing)."""
         if self._deferred is not None:
             deferred, self._deferred = self._deferred, None
-            flush_inplace(*deferred)
+            flush_checked(*deferred)
 
     def _event(self) -> torch.cuda.Event:
         if self._used == len(self._events):
@@ -107,7 +107,7 @@ class Overlap:
         start.record(main)
         side.wait_event(start)
         with torch.cuda.stream(side):
-            flush_inplace(pool, idx, q0)
+            flush_checked(pool, idx, q0)
         done = self._event()
         done.record(side)
         self._inflight[id(pool)] = done
@@ -117,7 +117,7 @@ class Overlap:
             raise RuntimeError("decode_inplace(..., overlap=scope) outside `with scope:`")
         if not self.sides:  # not CUDA: in turn
             step()
-            flush_inplace(pool, idx, q0)
+            flush_checked(pool, idx, q0)
             return
         main = torch.cuda.current_stream(self.device)
         done = self._inflight.pop(id(pool), None)
@@ -155,7 +155,7 @@ def decode_inplace(pool: Pool, idx: torch.Tensor, mixed: torch.Tensor, a: torch.
     check_step_call(pool, idx, mixed, a, b, A_log, dt_bias, o)  # every argument before any work:
     check_q0(q0, pool.device)  # the flush may run later, the previous call's is forked first
     if overlap is None:
-        step_inplace(pool, idx, mixed, a, b, A_log, dt_bias, o)
-        flush_inplace(pool, idx, q0)
+        step_checked(pool, idx, mixed, a, b, A_log, dt_bias, o)
+        flush_checked(pool, idx, q0)
         return
-    overlap._step(pool, idx, q0, lambda: step_inplace(pool, idx, mixed, a, b, A_log, dt_bias, o))
+    overlap._step(pool, idx, q0, lambda: step_checked(pool, idx, mixed, a, b, A_log, dt_bias, o))
