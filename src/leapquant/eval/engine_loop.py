@@ -29,7 +29,6 @@ import statistics
 import torch
 
 from ..kda import H, K, L, R, V, Pool, step_inplace
-from ..kda.format import mixed_width
 from ..kda.geometry import FLOOR_BYTES_PER_PROGRAM, STEP_FLOOR_BYTES_PER_PROGRAM
 from ..kda.layer import Overlap, decode_inplace
 from . import step_inputs
@@ -69,7 +68,6 @@ class Model:
             self.fills.append(pool.hcnt.clone())
         tok = step_inputs.tokens(B, device, seed + 1)
         self.mixed = torch.cat([tok["qx"].reshape(B, -1), tok["kx"].reshape(B, -1), tok["vx"].reshape(B, -1)], -1)
-        assert self.mixed.shape[1] == mixed_width(H)
         self.a, self.b = tok["a"], tok["b"]
         self.o = torch.empty(B, H, V, dtype=torch.bfloat16, device=device)
         self.overlap = Overlap(device, **({"streams": streams} if streams else {}))

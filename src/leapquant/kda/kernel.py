@@ -89,7 +89,7 @@ def decide(device, op: str = "flush", heads: int = H, layout: str = "packed") ->
     for a pool of ``heads`` heads in ``layout`` (``"gluon"`` or ``"triton"``), and why, in words.
 
     ``LEAPQUANT_KERNEL`` forces one; otherwise Gluon on sm_90 where its modules import and the
-    release is verified or the self-check passes (run once a process and device), else the
+    release is verified or the self-check passes (run once a process for each device, head count and layout), else the
     portable kernel, with a one-time ``RuntimeWarning`` on sm_90. Raises ValueError for an
     unknown ``op`` or forced name, or for ``gluon`` forced where it cannot run."""
     if op not in OPERATIONS:

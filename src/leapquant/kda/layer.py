@@ -1,11 +1,11 @@
 """One call per KDA layer and token for engines: ``decode_inplace`` runs the decode step now and
-the flush of the windows it fills off the critical path, on a side stream of an ``Overlap`` scope
-the engine opens around its forward.
+the flush of the windows it fills off the critical path, on the side streams of an ``Overlap``
+scope the engine opens around its forward.
 
 The flush of layer l is needed by nothing but layer l's next step, one token later; in between
 run the other layers' steps and the rest of the model. Inside a scope, each call forks the
-previous call's flush onto the scope's side stream (after that call's step) and runs its own
-step on the current stream; the scope's exit joins the side stream into the current one, as a
+previous call's flush onto one of the scope's side streams (after that call's step) and runs its
+own step on the current stream; the scope's exit joins the side streams into the current one, as a
 CUDA-graph capture requires, and defers the last call's flush to the next scope's entry, so that
 no flush is exposed at a token's end. Events only: no host synchronisation, nothing allocated
 after the first token, capturable (one graph per batch size covering the scope).
@@ -138,7 +138,7 @@ def decode_inplace(pool: Pool, idx: torch.Tensor, mixed: torch.Tensor, a: torch.
 
     Without ``overlap`` (eager engines, piecewise graphs): the step, then the flush, on the
     current stream. With an open ``Overlap`` scope: the step on the current stream now, and this
-    call's flush forked onto the scope's side stream when the next call in the scope comes (after
+    call's flush forked onto a side stream of the scope when the next call in the scope comes (after
     this step), or deferred to the next scope (the last call of a token), so that it runs beside
     the model's other work. Either way no host synchronisation, nothing allocated (after a
     scope's first token), capturable in a CUDA graph; the arguments and their errors are those of

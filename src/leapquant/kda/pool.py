@@ -18,6 +18,7 @@ NVlabs/kda requests conless-leapquant-kda-flush and conless-leapquant-kda-step.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -53,17 +54,10 @@ def state_specs(num_slots: int, heads: int = H, layout: str = "packed") -> dict:
 def slot_nbytes(heads: int = H, layout: str = "packed") -> int:
     """Bytes one slot of a pool costs: its share of every state tensor and of the flush's
     scratch (4 bytes a program). 1,034,496 at 32 heads, packed (an fp32 state: 2,097,152)."""
-    specs = state_specs(2, heads, layout)
-    per_two = sum(torch.empty((), dtype=dt).element_size() * _numel(shape) for dt, shape, _ in specs.values())
-    fixed = 4 * POOL_OFFSET_WORDS if layout == "request" else 0
-    return (per_two - fixed) // 2 + 4 * heads
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    specs = state_specs(1, heads, layout)
+    state = sum(torch.empty((), dtype=dt).element_size() * math.prod(shape) for dt, shape, _ in specs.values())
+    fixed = 4 * POOL_OFFSET_WORDS if layout == "request" else 0  # the request layout's offset, not a slot's
+    return state - fixed + 4 * heads
 
 
 class Pool:
@@ -95,11 +89,11 @@ class Pool:
         ``write_state`` stored); nothing resets it but the caller (``errors.zero_()``).
         nbytes: bytes of every tensor the pool holds (state and scratch).
         kernel, step_kernel: the flush and step kernels this pool runs ("gluon" or "triton"; None
-        on CPU), and kernel_reason, why (``leapquant.kda.kernel.choose``).
+        on CPU), and kernel_reason, why (``leapquant.kda.kernel.decide``).
 
     On CUDA the kernels are chosen, compiled and run once on nothing due when the pool is built,
     so that no later call compiles; where the Gluon kernels are not verified on this triton
-    release they first pass a self-check against the portable kernels (``kernel.self_check``).
+    release they first pass a self-check against the portable kernels (``self_check.py``).
 
     Raises: TypeError if ``num_slots`` or ``heads`` is not an int; ValueError if ``num_slots <
     2``, for an unknown layout or head count, or for a CUDA device when CUDA is not available.

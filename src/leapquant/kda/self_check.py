@@ -12,7 +12,7 @@ caller's head count and layout, judged by the accuracy criteria.
   program's largest value, and the appended keys, gates, weights, ``pcum`` and fill counts
   within a bf16 / fp16 rounding or equal.
 
-Run once a process and device by ``kernel.decide``. Source: LeapQuant (arXiv 2609.38166);
+Run once a process for each device, head count and layout by ``kernel.decide``. Source: LeapQuant (arXiv 2609.38166);
 NVlabs/kda requests conless-leapquant-kda-flush and conless-leapquant-kda-step.
 """
 
