@@ -6,6 +6,8 @@
 #   [TEST_S=seconds, 0: no tests] [TESTS="pytest args"] [BENCH_S=seconds, 0: no bench]
 #   [SECTIONS=flush,step,layouts,engine] [SIZES=16,32,64,128,256,512] [LOOP_S=seconds, 0: no loop]
 #   [FLUSH_CTAS=2,1: the engine loop at each flush grid] [STREAMS=1,2,4: and each count of side streams]
+#   [REQUESTS="kda-flush kda-step": each request's own checks and timings (scripts/request_bench.py)
+#    on copies of the NVlabs/kda request folders in .requests/conless-leapquant-NAME (carry .requests)]
 #   bash scripts/gpu.sh [--portable] [--ncu] [--ncu-step] [--help]
 # --portable: the bench once more on the portable kernels (LEAPQUANT_KERNEL=triton)
 # --ncu, --ncu-step: Nsight Compute on the flush (B=64) / the step (B=256), default kernels
@@ -48,6 +50,11 @@ if [ "${BENCH_S:-300}" != 0 ]; then
   grep -v "^  .* done" "$OUT/bench.log" | sed -n '/^\(flush, every program due\|decode step\|layouts\|engine loop\)/,$p' 
   rm "$OUT/bench.log"
 fi
+for req in ${REQUESTS:-}; do
+  echo "===== request $req" >> "$log"
+  timeout 240 python3 scripts/request_bench.py ".requests/conless-leapquant-$req" > "$OUT/request_$req.log" 2>&1
+  echo "request $req: exit $?"; cat "$OUT/request_$req.log" >> "$log"; grep -E "^\| [0-9]" "$OUT/request_$req.log"
+done
 if [ "${TEST_S:-420}" != 0 ]; then
   echo "===== pytest -m gpu ${TESTS:-tests/}" >> "$log"
   timeout "${TEST_S:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 ${TESTS:-tests/} >> "$log" 2>&1
