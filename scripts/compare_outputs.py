@@ -17,7 +17,8 @@ import sys
 import torch
 
 from leapquant.eval import flush_inputs as inputs
-from leapquant.kda import kernel, run
+from leapquant import kernel
+from leapquant.kda import run
 
 SEED = 3
 

@@ -2,7 +2,10 @@
 registers, spills and shared memory; optionally dump TTGIR/PTX/SASS to a folder.
 
     python scripts/compile_sm90.py [--gluon | --step] [--num-warps 8] [--in-place [--layout packed|request]]
-                                   [--heads 32] [--ctas-per-sm 2] [--dump DIR] [--barriers]
+                                   [--heads 32] [--ctas-per-sm 2] [--family kda|gdn] [--dump DIR] [--barriers]
+
+--family: the build of a model family (``leapquant.family``: KDA's per-channel gate, GDN's scalar
+gate and key groups); the same kernel source, other compile-time switches.
 
 --num-warps: the portable flush kernel's warps (the Gluon kernels use their own NUM_WARPS).
 
@@ -25,10 +28,11 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from leapquant.kda.flush import triton_kernel as flush
-from leapquant.kda.geometry import H, K, R, V
-from leapquant.kda.launch import GLUON_COMPILES_WITH, STEP_CONSTANTS, checkpoint_strides
-from leapquant.kda.pool import Pool
+from leapquant.family import FAMILIES, KDA
+from leapquant.flush import triton_kernel as flush
+from leapquant.geometry import H, K, R, V
+from leapquant.launch import GLUON_COMPILES_WITH, STEP_CONSTANTS, checkpoint_strides
+from leapquant.pool import Pool
 
 POINTERS = {
     "codes_in": "*i8", "sk_in": "*fp32", "sv_in": "*fp32", "u_in": "*fp16", "q_in": "*fp16",
@@ -55,14 +59,27 @@ def strides(in_place: bool, layout: str = "packed", heads: int = H) -> dict:
     return pool_strides(layout, heads) if in_place else {**DENSE_STRIDES, "NH": H}
 
 
+def family_constants(family=KDA, step: bool = False) -> dict:
+    """The compile-time switches of ``family``'s build (and the pointers it passes as None)."""
+    consts = {"SCALAR_GATE": family.scalar_gate}
+    if step:
+        consts["KEY_GROUP"] = family.key_group
+    if family.scalar_gate:  # no per-entry gates
+        consts["gbuf"] = None
+        if step:
+            consts["g_row"] = None
+    return consts
+
+
 def compile_kernel(num_warps: int, in_place: bool, extra: dict | None = None, module=flush, layout: str = "packed",
-                   heads: int = H):
+                   heads: int = H, family=KDA):
     params = [p.name for p in module._flush_kernel.params]
     consts = {"IN_PLACE": in_place, "UPCAST": False, "TILE": module.FLAG_TILE, "PERSISTENT": False, "CTAS": H200_SMS,
-              "PARTS": module.SUBSPACE_SPLIT, **module._CONSTANTS, **strides(in_place, layout, heads), **(extra or {})}
+              "PARTS": module.SUBSPACE_SPLIT, **module._CONSTANTS, **strides(in_place, layout, heads),
+              **family_constants(family), **(extra or {})}
     sig = {}
     for name in params:
-        sig[name] = POINTERS.get(name, "constexpr")
+        sig[name] = "constexpr" if name in consts else POINTERS.get(name, "constexpr")
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params) if n in POINTERS and n not in ("q0", "idx", "picks")}
     src = ASTSource(module._flush_kernel, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params},
                     attrs=attrs)
@@ -78,25 +95,26 @@ STEP_POINTERS = {
 }
 
 
-def compile_step(in_place: bool, gluon: bool = False, layout: str = "packed", heads: int = H):
+def compile_step(in_place: bool, gluon: bool = False, layout: str = "packed", heads: int = H, family=KDA):
     """A decode-step kernel (the portable one, or the Gluon one) compiled for sm_90a (in pool form
     the strides of a pool of ``layout`` and ``heads``, the full-window guard in the packed one)."""
     if gluon:
         from triton.experimental.gluon._runtime import GluonASTSource as Source
 
-        from leapquant.kda.step import gluon_kernel as st
+        from leapquant.step import gluon_kernel as st
     else:
         Source = ASTSource
-        from leapquant.kda.step import triton_kernel as st
+        from leapquant.step import triton_kernel as st
 
     fn = st._step_kernel
     params = [p.name for p in fn.params]
     consts = {**STEP_CONSTANTS, **strides(in_place, layout, heads), "IN_PLACE": in_place,
-              "GUARD_FULL": in_place and layout == "packed"}
-    sig = {name: STEP_POINTERS.get(name, "constexpr") for name in params}
+              "GUARD_FULL": in_place and layout == "packed", **family_constants(family, step=True)}
+    sig = {name: "constexpr" if name in consts else STEP_POINTERS.get(name, "constexpr") for name in params}
     # the pointers the runtime specialises on are 16-byte aligned (the pool's views and dense tensors)
     unspecialised = set(fn.do_not_specialize) | {"qk_row", "v_row", "num_programs", "ctas"}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params) if n in STEP_POINTERS and n not in unspecialised}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params)
+             if n in STEP_POINTERS and n not in unspecialised and n not in consts}
     src = Source(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params}, attrs=attrs)
     options = {"num_warps": st.NUM_WARPS, "maxnreg": st.MAX_REGISTERS} if gluon else {"num_warps": st.NUM_WARPS, "num_stages": 1}
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
@@ -107,7 +125,7 @@ def require_verified_gluon() -> None:
     are checked to compile with (``launch.GLUON_COMPILES_WITH``: Gluon's API changes between
     releases; another one fails deep inside it)."""
     try:
-        from leapquant.kda.flush import gluon_kernel as fg  # noqa: F401
+        from leapquant.flush import gluon_kernel as fg  # noqa: F401
     except Exception as e:  # a triton without Gluon, or whose Gluon API the module does not fit
         raise SystemExit(f"--gluon: the Gluon kernel does not import under triton {triton.__version__} ({e}); "
                          "install the dev extra: pip install -e '.[dev]'")
@@ -117,15 +135,15 @@ def require_verified_gluon() -> None:
 
 
 def compile_gluon(in_place: bool, tile: int | None = None, layout: str = "packed", heads: int = H,
-                  ctas_per_sm: int | None = None):
+                  ctas_per_sm: int | None = None, family=KDA):
     """The Gluon kernel compiled for sm_90a (raises where this triton's Gluon API differs): the
     pool form with the strides of a pool of ``layout`` and ``heads`` and the flag-scan tile
     ``tile`` (default the largest; a pool call's is ``launch.flag_tile`` of its candidates), or the
     functional form; a grid of ``ctas_per_sm`` CTAs an SM (default the kernel's own)."""
-    from leapquant.kda.flush import gluon_kernel as fg
+    from leapquant.flush import gluon_kernel as fg
 
     consts = {"IN_PLACE": in_place, "TILE": tile or fg.FLAG_TILE, "CTAS": H200_SMS * (ctas_per_sm or fg.CTAS_PER_SM),
-              **fg._CONSTANTS, **strides(in_place, layout, heads)}
+              **fg._CONSTANTS, **strides(in_place, layout, heads), **family_constants(family)}
     return compile_gluon_kernel(fg._flush_kernel, consts)
 
 
@@ -136,18 +154,18 @@ def compile_gluon_kernel(fn, consts: dict):
     KeyError)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from leapquant.kda.flush.gluon_kernel import NUM_WARPS
+    from leapquant.flush.gluon_kernel import NUM_WARPS
 
     params = [p.name for p in fn.params]
     missing = [n for n in params if n not in POINTERS and n not in consts]
     if missing:
         raise KeyError(f"no value for the constexprs {missing} of {fn.__name__}")
-    sig = {name: POINTERS.get(name, "constexpr") for name in params}
+    sig = {name: "constexpr" if name in consts else POINTERS.get(name, "constexpr") for name in params}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params)
-             if n in POINTERS and n not in ("q0", "idx", "picks", "num_programs", "pick_stride")}
+             if n in POINTERS and n not in consts and n not in ("q0", "idx", "picks", "num_programs", "pick_stride")}
     src = GluonASTSource(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params},
                          attrs=attrs)
-    from leapquant.kda.flush import gluon_kernel as fg
+    from leapquant.flush import gluon_kernel as fg
 
     options = {"num_warps": NUM_WARPS, **({"maxnreg": fg.MAX_REGISTERS} if fg.MAX_REGISTERS else {})}
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
@@ -208,16 +226,18 @@ def main():
     ap.add_argument("--layout", choices=("packed", "request"), default="packed", help="the pool form's layout")
     ap.add_argument("--heads", type=int, default=H, help="the pool form's head count")
     ap.add_argument("--ctas-per-sm", type=int, default=0, help="the Gluon flush's CTAs an SM (0: its own)")
+    ap.add_argument("--family", choices=tuple(FAMILIES), default="kda", help="the model family's build")
     args = ap.parse_args()
+    family = FAMILIES[args.family]
     if args.tile is not None and not (args.gluon and args.in_place and not args.step):
         ap.error("--tile applies to the Gluon flush's pool form: --gluon --in-place")
     if args.gluon:
         require_verified_gluon()
     if args.step:
-        k = compile_step(args.in_place, args.gluon, args.layout, args.heads)
+        k = compile_step(args.in_place, args.gluon, args.layout, args.heads, family)
     else:
-        k = (compile_gluon(args.in_place, args.tile, args.layout, args.heads, args.ctas_per_sm) if args.gluon
-             else compile_kernel(args.num_warps, args.in_place, layout=args.layout, heads=args.heads))
+        k = (compile_gluon(args.in_place, args.tile, args.layout, args.heads, args.ctas_per_sm, family) if args.gluon
+             else compile_kernel(args.num_warps, args.in_place, layout=args.layout, heads=args.heads, family=family))
     print(f"num_warps={k.metadata.num_warps} shared={k.metadata.shared} bytes")
     print(resource_usage(k.asm["cubin"]))
     if args.barriers:

@@ -31,8 +31,8 @@ import tempfile
 
 from compile_sm90 import H200_SMS, compile_gluon, nvidia_tool
 from ncu_lines import line_table, opcode, read_sass_csv
-from leapquant.kda.flush import gluon_kernel as flush_gluon
-from leapquant.kda.launch import flag_tile
+from leapquant.flush import gluon_kernel as flush_gluon
+from leapquant.launch import flag_tile
 
 NUM_WARPS = flush_gluon.NUM_WARPS
 # helpers -> phase (the SPEC phases are helpers of their own: rebuild_factors, thin_products, basis,
@@ -90,7 +90,7 @@ def line_phases() -> dict:
 LIBRARY = "reductions (triton's library code: sums, maxima)"
 # helpers of the package's own neutral modules the kernel inlines, by file (nvdisasm gives no call
 # site for them either)
-SHARED = {"kda/fp32_bits.py": "exponent bits (fp32_bits: pow2, exponent, clamped_exponent; bases and tokens)"}
+SHARED = {"fp32_bits.py": "exponent bits (fp32_bits: pow2, exponent, clamped_exponent; bases and tokens)"}
 
 
 def address_lines(cubin: bytes) -> dict:

@@ -5,9 +5,9 @@ import torch
 from conftest import fill_pool, same_bits, snapshot
 from leapquant.eval import flush_inputs as inputs
 from leapquant.kda import H, L, Pool, reference
-from leapquant.kda.geometry import EPS
+from leapquant.geometry import EPS
 from leapquant.eval.flush_criterion import evaluate
-from leapquant.kda.kernel import launch_flush
+from leapquant.kernel import launch_flush
 
 # a flush from a q0 with a repeated column against the same flush from independent columns
 # (1.081 measured; three tokens instead of four: 1.164)
@@ -66,7 +66,7 @@ def repeated_q0_errors(flush, B: int = 2) -> tuple[float, float, float, dict, tu
     first three columns; ``x`` the inputs with the repeated column and ``checkpoint`` the flush
     of them. Both yardsticks are well-conditioned flushes: the same to ~1e-6 under any BLAS."""
     from leapquant.eval.flush_criterion import head_errors
-    from leapquant.kda.flush.naive import quantize, rebuild
+    from leapquant.flush.naive import quantize, rebuild
 
     def relative_error(x, ckpt):
         err, mag = head_errors(x, ckpt)

@@ -10,8 +10,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 import flush_checks  # noqa: E402
 
 from leapquant.eval import flush_inputs as inputs  # noqa: E402
-from leapquant.kda.flush import triton_kernel as flush_mod  # noqa: E402
-from leapquant.kda.flush.triton_kernel import launch_flush  # noqa: E402
+from leapquant.flush import triton_kernel as flush_mod  # noqa: E402
+from leapquant.flush.triton_kernel import launch_flush  # noqa: E402
 
 TAIL_FAMILIES = ("small_state", "blind_q0")
 

@@ -37,8 +37,8 @@ for heads in (32, 4):
 import torch  # noqa: E402
 
 from leapquant.kda import Pool  # noqa: E402
-from leapquant.kda.kernel import choose  # noqa: E402
-from leapquant.kda.launch import pick_words  # noqa: E402
+from leapquant.kernel import choose  # noqa: E402
+from leapquant.launch import pick_words  # noqa: E402
 
 pool = Pool(3, "cpu")
 pool.kernel, pool.step_kernel = choose("cpu"), choose("cpu", "step")

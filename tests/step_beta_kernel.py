@@ -4,7 +4,7 @@ Imported only where Triton kernels may run (under TRITON_INTERPRET=1 on CPU, or 
 import triton
 import triton.language as tl
 
-from leapquant.kda.step.tl_common import beta_bf16
+from leapquant.step.tl_common import beta_bf16
 
 
 @triton.jit

@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 
 from leapquant.eval import step_criterion, step_inputs
-from leapquant.kda.format import CHECKPOINT_FIELDS, WINDOW_FIELDS
-from leapquant.kda.geometry import H, K, L, V
-from leapquant.kda.pool import Pool
+from leapquant.format import CHECKPOINT_FIELDS, WINDOW_FIELDS
+from leapquant.geometry import H, K, L, V
+from leapquant.pool import Pool
 
 CKPT = tuple(CHECKPOINT_FIELDS)
 WIN = tuple(WINDOW_FIELDS)
@@ -71,7 +71,7 @@ def dead_rows_unused(device, run, family: str = "random", seed: int = 13) -> dic
 
 def kernel_functional(x: dict, outs, kernel: str = "triton") -> None:
     """The step of ``x`` by the kernel named ``kernel`` (``"triton"`` or ``"gluon"``), functional form."""
-    from leapquant.kda.kernel import launch_step
+    from leapquant.kernel import launch_step
 
     o, *new = outs
     launch_step(tuple(x[n] for n in CKPT), tuple(x[n] for n in WIN), x["h"],
@@ -81,7 +81,7 @@ def kernel_functional(x: dict, outs, kernel: str = "triton") -> None:
 
 def kernel_inplace(pool, idx, mixed, a, b, A_log, dt_bias, o, kernel: str = "triton") -> None:
     """``step_inplace`` through the kernel named ``kernel`` (on a CPU pool: under the interpreter)."""
-    from leapquant.kda.ops import step_pool
+    from leapquant.ops import step_pool
 
     step_pool(pool.raw, *pool.window, pool.hcnt, pool.errors, idx, mixed, a, b, A_log, dt_bias, o, pool.layout, kernel)
 
@@ -97,8 +97,8 @@ def kernel_beta_disagreements(device) -> int:
     rounded to bf16 (``naive.beta_bf16``), over every bf16 b with |b| < 80."""
     from step_beta_kernel import betas_kernel
 
-    from leapquant.kda.step.naive import beta_bf16
-    from leapquant.kda.step.tl_common import BETA_SERIES_BELOW
+    from leapquant.step.naive import beta_bf16
+    from leapquant.step.tl_common import BETA_SERIES_BELOW
 
     b = all_bf16()
     n = 1 << 16

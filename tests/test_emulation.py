@@ -8,9 +8,9 @@ import torch
 
 from leapquant.eval import flush_inputs as inputs
 from leapquant.eval.flush_criterion import evaluate
-from leapquant.kda.flush import emulation as emu
-from leapquant.kda.flush import naive
-from leapquant.kda.geometry import H, K, QMAX, V
+from leapquant.flush import emulation as emu
+from leapquant.flush import naive
+from leapquant.geometry import H, K, QMAX, V
 
 B = 2
 

@@ -11,10 +11,10 @@ import re
 import pytest
 import triton
 
-from leapquant.kda import kernel
-from leapquant.kda.launch import GLUON_COMPILES_WITH
+from leapquant import kernel
+from leapquant.launch import GLUON_COMPILES_WITH
 
-flush_gluon = pytest.importorskip("leapquant.kda.flush.gluon_kernel")
+flush_gluon = pytest.importorskip("leapquant.flush.gluon_kernel")
 pytestmark = pytest.mark.skipif(triton.__version__ not in GLUON_COMPILES_WITH,
                                 reason=f"Gluon kernels compile-checked with triton {' or '.join(GLUON_COMPILES_WITH)}, "
                                        f"this is {triton.__version__}: pip install -e '.[dev]'")
@@ -86,7 +86,7 @@ STEP_BUILDS = [(False, "packed", 32), (True, "packed", 32), (True, "request", 32
                          ids=["functional", "pool-packed", "pool-request", "pool-packed-4heads"])
 def test_gluon_step_compiles_for_sm90a_within_its_register_cap(in_place, layout, heads):
     # (the packed layout's pool form carries the full-window guard)
-    from leapquant.kda.step import gluon_kernel as step_gluon
+    from leapquant.step import gluon_kernel as step_gluon
 
     k = _compile_sm90().compile_step(in_place, gluon=True, layout=layout, heads=heads)
     ptx = k.asm["ptx"]
@@ -155,7 +155,7 @@ def test_staging_buffer_shares_no_memory_with_the_program(monkeypatch, capfd, tm
     _compile_sm90().compile_gluon(in_place)
     dump = capfd.readouterr().err
     ir = dump.split("IR Dump Before TritonTensorMemoryAllocationPass", 1)[1].split("IR Dump Before", 1)[0]
-    allocs = _allocations(ir, "leapquant.kda.flush.gluon_kernel._flush_program")
+    allocs = _allocations(ir, "leapquant.flush.gluon_kernel._flush_program")
     assert allocs.pop("stage_s") == (0, 32768)  # the allocator put it lowest
     assert allocs and min(offset for offset, _ in allocs.values()) >= 32768, sorted(allocs.items(), key=lambda a: a[1][0])
     # the kernel's loop over its programs (control flow is in blocks by then): from the block the

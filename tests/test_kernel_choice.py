@@ -6,8 +6,8 @@ import warnings
 
 import pytest
 
-from leapquant.kda import kernel as kernel_mod
-from leapquant.kda import self_check as self_check_mod
+from leapquant import kernel as kernel_mod
+from leapquant import self_check as self_check_mod
 
 
 @pytest.fixture

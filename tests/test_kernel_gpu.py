@@ -8,8 +8,8 @@ from conftest import fill_pool, requires_cuda, same_bits, snapshot
 import flush_checks
 from leapquant.eval import flush_inputs as inputs
 from leapquant.kda import H, L, Pool, flush_inplace, run
-from leapquant.kda.flush import triton_kernel as flush_mod
-from leapquant.kda import kernel as kernel_mod
+from leapquant.flush import triton_kernel as flush_mod
+from leapquant import kernel as kernel_mod
 
 pytestmark = [requires_cuda, pytest.mark.gpu]
 
@@ -190,7 +190,7 @@ def test_flag_tile_choices_agree_bit_for_bit(monkeypatch, kernel):
     # a call over 47 slots scans one tile by default (the Gluon kernel: 2048 flags,
     # launch.flag_tile; the portable one: 16,384) and three 512-flag tiles when the largest tile
     # is capped at 512: the same ranks, so the same bits
-    from leapquant.kda.launch import SMALLEST_FLAG_TILE
+    from leapquant.launch import SMALLEST_FLAG_TILE
 
     q0 = inputs.make("random", 1, "cuda", seed=4)["q0"]
     g = torch.Generator().manual_seed(5)

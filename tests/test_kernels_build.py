@@ -49,23 +49,23 @@ def scratch(tmp_path):
 def test_check_reports_each_kind_of_drift(scratch):
     source, build = scratch
     assert gen.differences(gen.expected_tree(source), gen.actual_tree(build)) == []
-    (build / "torch-cuda" / "kda" / "pool.py").write_text("# edited by hand\n")
-    (build / "torch-cpu" / "kda" / "flush" / "naive.py").unlink()
+    (build / "torch-cuda" / "pool.py").write_text("# edited by hand\n")
+    (build / "torch-cpu" / "flush" / "naive.py").unlink()
     (build / "torch-cpu" / "kda" / "extra.py").write_text("")
     (build / "torch-rocm").mkdir()
     (build / "torch-rocm" / "__init__.py").write_text("")
     diff = gen.differences(gen.expected_tree(source), gen.actual_tree(build))
-    assert diff == ["missing: build/torch-cpu/kda/flush/naive.py", "differs: build/torch-cuda/kda/pool.py",
+    assert diff == ["missing: build/torch-cpu/flush/naive.py", "differs: build/torch-cuda/pool.py",
                     "not generated: build/torch-cpu/kda/extra.py", "not generated: build/torch-rocm/__init__.py"]
 
 
 def test_a_source_edit_makes_the_tree_stale_and_regenerating_fixes_it(scratch):
     source, build = scratch
-    with open(source / "kda" / "geometry.py", "a") as f:
+    with open(source / "geometry.py", "a") as f:
         f.write("# a change\n")
     diff = gen.differences(gen.expected_tree(source), gen.actual_tree(build))
     # the copies and the metadata ids (content tag) of both variants
-    assert diff == [f"differs: build/torch-{b}/{p}" for b in ("cpu", "cuda") for p in ("kda/geometry.py", "metadata.json")]
+    assert diff == [f"differs: build/torch-{b}/{p}" for b in ("cpu", "cuda") for p in ("geometry.py", "metadata.json")]
     gen.write(gen.expected_tree(source), build)
     assert gen.differences(gen.expected_tree(source), gen.actual_tree(build)) == []
     assert (build / "lib" / "x.py").exists()

@@ -10,8 +10,8 @@ import torch
 import triton
 
 from leapquant.kda import Pool
-from leapquant.kda.pool import warm_up_slots
-from leapquant.kda.flush import triton_kernel
+from leapquant.pool import warm_up_slots
+from leapquant.flush import triton_kernel
 
 LAUNCH_OPTIONS = {"num_warps", "num_stages", "maxnreg"}
 
@@ -53,7 +53,7 @@ def _launched_names(monkeypatch, module, in_place: bool) -> tuple[set, list]:
 def _flush_module(name: str):
     if name == "triton":
         return triton_kernel
-    gluon_kernel = pytest.importorskip("leapquant.kda.flush.gluon_kernel")
+    gluon_kernel = pytest.importorskip("leapquant.flush.gluon_kernel")
     if triton.__version__ not in gluon_kernel.VERIFIED_TRITON:
         pytest.skip(f"Gluon kernel verified with triton {gluon_kernel.VERIFIED_TRITON} (the `dev` extra installs it)")
     return gluon_kernel
@@ -91,7 +91,7 @@ def test_gluon_pool_call_scans_the_smallest_tile_that_holds_it(monkeypatch):
 
 
 def test_flag_tile_is_the_smallest_variant_that_covers_the_call():
-    from leapquant.kda.launch import FLAG_TILE, flag_tile, flag_tiles
+    from leapquant.launch import FLAG_TILE, flag_tile, flag_tiles
 
     assert flag_tiles() == [512, 2048, 8192, FLAG_TILE]
     assert [flag_tile(n) for n in (1, 512, 513, 2048, 2049, 8192, 8193, FLAG_TILE)] == \

@@ -11,7 +11,7 @@ import torch
 import step_checks
 from leapquant.eval import step_inputs
 from leapquant.kda import H, L, R, V, Pool, flush_inplace, step_inplace
-from leapquant.kda.layer import Overlap, decode_inplace
+from leapquant.layer import Overlap, decode_inplace
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

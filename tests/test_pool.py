@@ -6,8 +6,8 @@ import torch
 
 from leapquant.eval import flush_inputs as inputs
 from leapquant.kda import H, K, L, R, V, Pool, decode, flush_inplace, run, slot_nbytes
-from leapquant.kda.flush.naive import flush_cpu
-from leapquant.kda.geometry import POOL_OFFSET_WORDS as OFF
+from leapquant.flush.naive import flush_cpu
+from leapquant.geometry import POOL_OFFSET_WORDS as OFF
 
 from conftest import fill_pool, same_bits, snapshot
 

@@ -10,7 +10,7 @@ import step_checks
 from leapquant.eval import flush_inputs, step_criterion, step_inputs
 from leapquant.kda import (H, L, R, V, Pool, copy_slots, flush_inplace, read_state, reference, run, step, step_inplace,
                            write_state)
-from leapquant.kda import kernel as kernel_mod
+from leapquant import kernel as kernel_mod
 from leapquant.eval.flush_criterion import evaluate
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

@@ -6,7 +6,7 @@ import torch
 from leapquant.eval import flush_inputs as inputs
 from leapquant.kda import decode, reference
 from leapquant.eval.flush_criterion import evaluate
-from leapquant.kda.flush.naive import decay_since_append, mgs, quantize, rebuild
+from leapquant.flush.naive import decay_since_append, mgs, quantize, rebuild
 
 B = 2
 
@@ -93,7 +93,7 @@ def test_structured_edge_heads_are_as_specified():
 
 
 def test_guard_overflow_keeps_the_product_and_only_acts_on_overflow():
-    from leapquant.kda.flush.naive import guard_overflow
+    from leapquant.flush.naive import guard_overflow
 
     uk = torch.randn(3, 128, 4) * torch.tensor([1e5, 1.0, 1e-9, 0.0])
     qv = torch.randn(3, 128, 4) * 0.1
@@ -120,7 +120,7 @@ def test_repeated_q0_columns_keep_four_tokens():
     # their errors agree to ~1e-6 relative across MKL's code paths (1.081 and 1.164 here).
     from flush_checks import REPEATED_Q0_BOUND, repeated_q0_errors
     from leapquant.eval.flush_criterion import well_formed
-    from leapquant.kda.flush.naive import flush_cpu
+    from leapquant.flush.naive import flush_cpu
 
     repeated, independent, three_tokens, _, got = repeated_q0_errors(flush_cpu, B)
     assert well_formed(got)
@@ -132,7 +132,7 @@ def test_zero_q0_column_keeps_four_tokens():
     # q0[:, 2] = 0: the product path replaces the zero column by a real direction (e_2, as for a
     # repeated column), so it beats the fp32 reference, whose third token is exactly zero
     from flush_checks import assert_zero_q0_column_kept, zero_q0_column
-    from leapquant.kda.flush.naive import flush_cpu
+    from leapquant.flush.naive import flush_cpu
 
     v = zero_q0_column(flush_cpu, "cpu")
     assert_zero_q0_column_kept(v)
@@ -143,7 +143,7 @@ def test_vanishing_state_stays_finite_and_close():
     # such states underflow unless scaled; the product path stays finite within int8 error.
     # (Below ~1e-22 the format's own EPS floor on both scales limits any implementation.)
     from leapquant.eval.flush_criterion import head_errors, well_formed
-    from leapquant.kda.flush.naive import flush_cpu
+    from leapquant.flush.naive import flush_cpu
 
     x = inputs.make("random", 1, "cpu", seed=8)
     x["w"].zero_()
@@ -156,7 +156,7 @@ def test_vanishing_state_stays_finite_and_close():
 
 @pytest.mark.parametrize("family", inputs.STRESS_FAMILIES)
 def test_cpu_flush_covers_the_domain(family):
-    from leapquant.kda.flush.naive import flush_cpu
+    from leapquant.flush.naive import flush_cpu
 
     x = inputs.make(family, B, "cpu", seed=6)
     ref = reference(**x)

@@ -9,7 +9,7 @@ import step_checks
 from leapquant.eval import flush_criterion, step_inputs
 from leapquant.kda import (ERROR_KINDS, H, K, L, R, V, Pool, copy_slots, decode, flush_inplace, read_state, state_specs,
                            step_inplace, write_state)
-from leapquant.kda.flush.naive import quantize, rebuild
+from leapquant.flush.naive import quantize, rebuild
 
 FULL, OUT = ERROR_KINDS.index("full_window"), ERROR_KINDS.index("out_of_domain")
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from leapquant.eval import step_criterion, step_inputs
-from leapquant.kda.geometry import STEP_DIGIT_BITS, STEP_DIGITS
-from leapquant.kda.step import emulation as emu
-from leapquant.kda.step import naive
+from leapquant.geometry import STEP_DIGIT_BITS, STEP_DIGITS
+from leapquant.step import emulation as emu
+from leapquant.step import naive
 
 B = 4
 

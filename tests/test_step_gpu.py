@@ -7,14 +7,14 @@ import torch
 
 import step_checks
 from leapquant.eval import step_inputs
-from leapquant.kda.geometry import H, L, V
-from leapquant.kda.pool import Pool
+from leapquant.geometry import H, L, V
+from leapquant.pool import Pool
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 
 def _kernels():
-    from leapquant.kda import kernel
+    from leapquant import kernel
 
     return kernel.runnable("cuda", "step")
 
@@ -81,7 +81,7 @@ def test_beta_is_correctly_rounded_for_every_bf16_input():
 
 
 def _cache_size(name):
-    from leapquant.kda import kernel
+    from leapquant import kernel
 
     return sum(len(c[0]) for c in kernel.module(name, "step")._step_kernel.device_caches.values())
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import step_checks
-from leapquant.kda.format import decode
-from leapquant.kda.geometry import H, K, L, R, V
-from leapquant.kda.pool import Pool
+from leapquant.format import decode
+from leapquant.geometry import H, K, L, R, V
+from leapquant.pool import Pool
 from leapquant.kda import step_inplace, write_state
 
 pytest.importorskip("fla.ops.kda.naive")
@@ -114,7 +114,7 @@ def test_prefill_methods():
 
 def test_pool_names_the_kernels_it_runs():
     # a CPU pool runs the PyTorch paths; the step's kernel is chosen where the flush's is
-    from leapquant.kda.kernel import choose
+    from leapquant.kernel import choose
 
     pool = Pool(2, "cpu")
     assert pool.kernel is None and pool.step_kernel is None

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from leapquant.eval import step_criterion, step_inputs
-from leapquant.kda.geometry import H, K, L, V
-from leapquant.kda.pool import Pool
-from leapquant.kda.step import naive
+from leapquant.geometry import H, K, L, V
+from leapquant.pool import Pool
+from leapquant.step import naive
 from leapquant.kda import step, step_inplace
-from leapquant.kda.format import MIXED_WIDTH
+from leapquant.format import MIXED_WIDTH
 
 B = 4
 STATE_ARGS = ("codes", "s_k", "s_v", "u", "q", "kbuf", "ubuf", "w")

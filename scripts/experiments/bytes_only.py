@@ -27,11 +27,11 @@ from triton.experimental.gluon.language.nvidia.hopper import async_copy
 
 from leapquant.bench import SETS, TIMED, WARMUP, copy_bandwidth, kernel_times_ms
 from leapquant.eval import flush_inputs as inputs
-from leapquant.kda import kernel
-from leapquant.kda.flush import gluon_kernel as fg
-from leapquant.kda.gluon_compat import thread_barrier
-from leapquant.kda.launch import resident_ctas as _resident_ctas, checkpoint_strides as _strides
-from leapquant.kda.geometry import FLOOR_BYTES_PER_PROGRAM, H
+from leapquant import kernel
+from leapquant.flush import gluon_kernel as fg
+from leapquant.gluon_compat import thread_barrier
+from leapquant.launch import resident_ctas as _resident_ctas, checkpoint_strides as _strides
+from leapquant.geometry import FLOOR_BYTES_PER_PROGRAM, H
 from leapquant.eval.report import environment, parse_sizes
 
 NAME = "_move_bytes_kernel"
@@ -54,7 +54,7 @@ def _move_bytes_kernel(
     if pid < num_programs:
         fg._prefetch((pid // NH).to(gl.int64), pid % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf,
                      gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD,
-                     U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+                     U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR, False)
     for c in range(pid, num_programs, CTAS):
         slot = (c // NH).to(gl.int64)
         head = c % NH
@@ -71,11 +71,11 @@ def _move_bytes_kernel(
         if nxt < num_programs:
             fg._prefetch((nxt // NH).to(gl.int64), nxt % NH, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf,
                          ubuf, gbuf, w, pcum, ones, C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT,
-                         U_HEAD, U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+                         U_HEAD, U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR, False)
         fg._store_checkpoint(slot, head, codes, sk, sv, u, q, codes_out, sk_out, sv_out, u_out, q_out,
                              C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
                              Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR)
-        fg._reset_window(prog, w, gbuf, pcum, NL, NK)
+        fg._reset_window(prog, w, gbuf, pcum, NL, NK, False)
 
 
 def launch(x: dict, out: list):

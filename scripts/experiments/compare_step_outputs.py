@@ -20,8 +20,8 @@ import torch
 
 from leapquant.eval import step_inputs
 from leapquant.kda import L, Pool, step, step_inplace
-from leapquant.kda.format import MIXED_WIDTH
-from leapquant.kda.geometry import H, K
+from leapquant.format import MIXED_WIDTH
+from leapquant.geometry import H, K
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: the flush's comparison
 from compare_outputs import bits  # noqa: E402  (bit patterns: -0.0 and NaN payloads compared as bits)

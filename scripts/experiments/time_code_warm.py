@@ -39,9 +39,9 @@ import torch
 from leapquant import bench
 from leapquant.eval import flush_inputs
 from leapquant.kda import L, Pool, flush_inplace
-from leapquant.kda.flush.gluon_kernel import CTAS_PER_SM
-from leapquant.kda.launch import resident_ctas
-from leapquant.kda.geometry import H
+from leapquant.flush.gluon_kernel import CTAS_PER_SM
+from leapquant.launch import resident_ctas
+from leapquant.geometry import H
 
 MODES = ("cold", "warm", "warm_l2", "warm_tiny", "warm_copy", "warm_restore", "fill_only")
 STEP_MODES = ("bench", "evict")

@@ -7,4 +7,4 @@ __version__ = "0.1.0"
 
 # imported here so that the package object has ``kda`` as an attribute: Hugging Face kernels hands
 # back this package (``get_kernel(...).kda``), and there is no ``import leapquant.kda`` to run
-from . import kda  # noqa: E402,F401
+from . import gdn, kda  # noqa: E402,F401

@@ -31,9 +31,9 @@ from .eval import flush_inputs as inputs
 from .eval import step_criterion, step_inputs
 from .eval.flush_criterion import FORMS
 from .kda import L, Pool, flush_inplace, reference, slot_nbytes, step, step_inplace
-from .kda.format import MIXED_WIDTH
-from .kda.geometry import FLOOR_BYTES_PER_PROGRAM, STEP_FLOOR_BYTES_PER_PROGRAM, H, K, V
-from .kda.kernel import FORCE_VARIABLE, KERNELS
+from .format import MIXED_WIDTH
+from .geometry import FLOOR_BYTES_PER_PROGRAM, STEP_FLOOR_BYTES_PER_PROGRAM, H, K, V
+from .kernel import FORCE_VARIABLE, KERNELS
 from .eval.report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, fmt, parse_sizes,
                      pick_device, run_report, table)
 

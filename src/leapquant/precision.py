@@ -23,7 +23,7 @@ import torch
 
 from .eval import flush_inputs as inputs
 from .eval.flush_criterion import CAP, FORMS, RATIO_BOUND
-from .kda.geometry import H
+from .geometry import H
 from .eval.report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, fmt, identical_fraction, markdown_table,
                      parse_sizes, pick_device, relative_error, run_report, table)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kda.geometry import H, K, L, QMAX, R, V
+from ..geometry import H, K, L, QMAX, R, V
 
 HOT_ROW = 5  # the value row whose scale is 30x the others in the structured checkpoint
 

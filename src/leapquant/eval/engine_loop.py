@@ -29,8 +29,8 @@ import statistics
 import torch
 
 from ..kda import H, K, L, R, V, Pool, step_inplace
-from ..kda.geometry import FLOOR_BYTES_PER_PROGRAM, STEP_FLOOR_BYTES_PER_PROGRAM
-from ..kda.layer import Overlap, decode_inplace
+from ..geometry import FLOOR_BYTES_PER_PROGRAM, STEP_FLOOR_BYTES_PER_PROGRAM
+from ..layer import Overlap, decode_inplace
 from . import step_inputs
 
 LAYERS = 8

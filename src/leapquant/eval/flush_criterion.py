@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..kda.format import decode
-from ..kda.geometry import QMAX
-from ..kda.flush.naive import rebuild
+from ..format import decode
+from ..geometry import QMAX
+from ..flush.naive import rebuild
 
 RATIO_BOUND = 1.01
 CAPTURED_BELOW = 1e-4  # err_reference / mean|S| under this: the format captures the head

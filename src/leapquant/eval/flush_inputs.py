@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from .draw import HOT_ROW, Draw, random_state, scale_edge_heads, structured_checkpoint  # noqa: F401 (HOT_ROW: the family's hot row, read by tests)
-from ..kda.format import CHECKPOINT_FIELDS, WINDOW_FIELDS
-from ..kda.geometry import H, K, L, QMAX, R, V
+from ..format import CHECKPOINT_FIELDS, WINDOW_FIELDS
+from ..geometry import H, K, L, QMAX, R, V
 
 CHECKPOINT_ARGS = tuple(CHECKPOINT_FIELDS)  # codes, s_k, s_v, u, q
 WINDOW_ARGS = tuple(WINDOW_FIELDS)  # kbuf, ubuf, gbuf, w, pcum
@@ -69,7 +69,7 @@ def structured(B: int, device="cpu", seed: int = 0) -> dict:
 
 def second_window(B: int, device="cpu", seed: int = 0) -> dict:
     """The fp32 reference's checkpoint from ``structured`` plus a fresh full window."""
-    from ..kda.flush.naive import reference
+    from ..flush.naive import reference
 
     first = structured(B, device, seed)
     ckpt = chunked(reference, first)

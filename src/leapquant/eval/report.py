@@ -47,7 +47,7 @@ def environment(device: torch.device) -> dict:
         p = torch.cuda.get_device_properties(device)
         env.update(gpu=p.name, sm_count=p.multi_processor_count, cuda=torch.version.cuda,
                    capability=f"{p.major}.{p.minor}")
-    from ..kda.kernel import decide
+    from ..kernel import decide
 
     if device.type == "cuda":
         env["kernel"], env["kernel_reason"] = decide(device)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kda.step.naive import OUTPUTS, entry_decay, gate, normalize_qk, state_before_update, update_and_output
+from ..step.naive import OUTPUTS, entry_decay, gate, normalize_qk, state_before_update, update_and_output
 
 REL_SLACK = 1e-5  # the 1e-5 M (and 1e-5 |exact|, 1e-5 (|exact| + 1)) terms
 F64 = torch.float64

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from .draw import Draw, random_state, scale_edge_heads, structured_checkpoint
-from ..kda.geometry import H, K, L, V
+from ..geometry import H, K, L, V
 
 STEP_ARGS = ("codes", "s_k", "s_v", "u", "q", "kbuf", "ubuf", "gbuf", "w", "pcum", "h",
              "qx", "kx", "vx", "a", "b", "A_log", "dt_bias")  # step()'s argument order
@@ -123,7 +123,7 @@ def next_step(x: dict, out, seed: int = 0) -> dict:
 
 
 def _next_step_family(B: int, device="cpu", seed: int = 0) -> dict:
-    from ..kda.step.naive import step_reference
+    from ..step.naive import step_reference
 
     first = structured(B, device, seed)
     return next_step(first, step_reference(**first), seed + 7919)

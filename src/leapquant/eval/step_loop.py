@@ -27,9 +27,9 @@ import json
 
 import torch
 
-from ..kda.geometry import H, K, L, R, V
-from ..kda.pool import Pool
-from ..kda.step.naive import gate, normalize_qk
+from ..geometry import H, K, L, R, V
+from ..pool import Pool
+from ..step.naive import gate, normalize_qk
 from . import step_inputs
 from .report import check_output
 

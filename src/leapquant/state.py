@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .flush.naive import quantize, rebuild
+from .flush.naive import quantize, rebuild, rebuild_scalar
 from .format import check_q0, full_fp32_matmul
 from .geometry import DOMAIN_LIMIT, ERROR_KINDS, K, L, V
 from .pool import Pool, check_call, check_index_tensor, check_on_pool
@@ -37,7 +37,8 @@ def write_state(pool: Pool, idx: torch.Tensor, state: torch.Tensor, q0: torch.Te
     (one round of subspace iteration from ``q0`` for the R = 4 Compensator Tokens, then the int8
     residual with its key and value scales), with the product path's departures
     (``flush.naive.quantize(S, q0, robust=True)``), on the pool's device. The windows of those
-    slots are emptied: ``w = 0``, ``gbuf = 1``, ``pcum = 0``, ``kbuf = ubuf = 0``, ``hcnt = 0``.
+    slots are emptied: ``w = 0``, ``kbuf = ubuf = 0``, ``hcnt = 0``, and the gate (KDA: ``gbuf = 1``,
+    ``pcum = 0``; GDN: ``p = 1``). The state of a GDN pool: ``fla.ops.gated_delta_rule``'s layout.
     Entries ``idx[i] <= 0`` are padding: nothing of theirs is stored, and no other slot changes.
 
     No host synchronisation and no allocation that depends on values: capturable in a CUDA graph.
@@ -82,7 +83,8 @@ def write_state(pool: Pool, idx: torch.Tensor, state: torch.Tensor, q0: torch.Te
             to = slots[part]
             for view, value in zip(pool.checkpoint, quantize(S, q0, robust=True)):
                 _store(view, to, on, value)
-            for view, value in zip((*pool.window, pool.hcnt), (0, 0, 1, 0, 0, 0)):
+            empty = [init for _, _, init in pool.family.window.values()]
+            for view, value in zip((*pool.window, pool.hcnt), (*empty, 0)):
                 _store(view, to, on, value)
 
 
@@ -106,7 +108,8 @@ def read_state(pool: Pool, idx: torch.Tensor) -> torch.Tensor:
     window's live entries, each decayed since it was appended:
     ``S = decode(checkpoint) * exp(pcum)[None, :] + sum_{j < h} w_j ubuf_j (kbuf_j * D_j)^T``,
     ``D_j = prod_{j < i < h} gbuf_i``, ``h = hcnt`` (a flushed window's weights are zero, so
-    ``hcnt == L`` reads the same either way), in fp32, transposed to ``[K, V]``. Rows of
+    ``hcnt == L`` reads the same either way), in fp32, transposed to ``[K, V]``; a GDN pool's:
+    ``S = p decode(checkpoint) + sum_{j < h} w_j ubuf_j kbuf_j^T`` (its weights already decayed). Rows of
     ``idx <= 0`` are zero. No host synchronisation: capturable in a CUDA graph.
 
     Args (``N = len(idx)``, ``NH = pool.heads``):
@@ -130,14 +133,18 @@ def read_state(pool: Pool, idx: torch.Tensor) -> torch.Tensor:
     with full_fp32_matmul(), torch.no_grad():
         for start in range(0, idx.shape[0], WRITE_CHUNK):
             part = slots[start : start + WRITE_CHUNK]
-            kbuf, ubuf, gbuf, w, pcum = (t[part] for t in pool.window)
+            win = {n: t[part] for n, t in zip(pool.family.window, pool.window)}
             below = entries < pool.hcnt[part][..., None]  # [n, NH, L]: the entries below the fill count
-            on = below & (w != 0)  # those that add to the state (a flushed window's rows do not)
-            kbuf = torch.where(on[..., None], kbuf, 0)
-            ubuf = torch.where(on[..., None], ubuf, 0)
-            gbuf = torch.where(below[..., None], gbuf, 1)
-            w = torch.where(on, w, 0)
-            S = rebuild(*(t[part] for t in pool.checkpoint), kbuf, ubuf, gbuf, w, pcum, torch.float32)
+            on = below & (win["w"] != 0)  # those that add to the state (a flushed window's rows do not)
+            kbuf = torch.where(on[..., None], win["kbuf"], 0)
+            ubuf = torch.where(on[..., None], win["ubuf"], 0)
+            w = torch.where(on, win["w"], 0)
+            ckpt = (t[part] for t in pool.checkpoint)
+            if pool.family.scalar_gate:  # the weights already decayed, the gate product p
+                S = rebuild_scalar(*ckpt, kbuf, ubuf, w, win["p"], torch.float32)
+            else:
+                gbuf = torch.where(below[..., None], win["gbuf"], 1)
+                S = rebuild(*ckpt, kbuf, ubuf, gbuf, w, win["pcum"], torch.float32)
             out.append(torch.where(live[start : start + WRITE_CHUNK, None, None, None], S, 0.0).transpose(-1, -2))
     if not out:
         return torch.zeros(0, pool.heads, K, V, device=pool.device)

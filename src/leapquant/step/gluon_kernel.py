@@ -173,6 +173,8 @@ def _step_kernel(
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
     QM: gl.constexpr, NORM_EPS: gl.constexpr, SCALE: gl.constexpr, SP_THRESHOLD: gl.constexpr,
     BETA_SMALL: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
+    SCALAR_GATE: gl.constexpr,  # the scalar gate (GDN): gbuf, g_row None; pcum / pcum_new hold p
+    KEY_GROUP: gl.constexpr,  # heads one key head's q and k serve (GQA; 1: none shared)
 ):
     gl.static_assert(NK == NV)  # one [N] layout serves both sides
     c = gl.program_id(0)
@@ -227,16 +229,18 @@ def _step_kernel(
     nh = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_HALVES))[None, :]
     live_rows = (jc < h) & (nh >= 0)  # entries 0 .. h-1; the gates of entries 1 .. h-1
     async_load(keys_s, kbuf + kwin + jc * NK + nh, mask=live_rows)
-    async_load(gates_s, gbuf + kwin + (jc + 1) * NK + nh, mask=((jc + 1) < h) & (nh >= 0))
+    if not SCALAR_GATE:
+        async_load(gates_s, gbuf + kwin + (jc + 1) * NK + nh, mask=((jc + 1) < h) & (nh >= 0))
     async_load(vals_s, ubuf + vwin + jc * NV + nh, mask=live_rows)
     async_copy.commit_group()
     kn, qn, kq, g, en, beta, pcum_n, pc, f, mk, mq = token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_kr, tok, qk_row,
                                                                 head, prog, n, NH, NK, NORM_EPS, SCALE, SP_THRESHOLD,
-                                                                BETA_SMALL, QM)
+                                                                BETA_SMALL, QM, SCALAR_GATE, KEY_GROUP)
     async_copy.wait_group(0)
     thread_barrier()
     keys = keys_s.load(WIN)
-    g_after = gates_s.load(WIN)
+    if not SCALAR_GATE:
+        g_after = gates_s.load(WIN)
     vals = vals_s.load(WIN)
 
     # the key side: the window's projections w_j (kbuf_j * D_j) . x [L] (summed 16 columns a
@@ -245,7 +249,10 @@ def _step_kernel(
     wl = gl.where(live, w_all, 0.0)
     # no select on the keys or values: their rows at or past h are zero-filled copies, so that a
     # row copied there by mistake reaches the output (the tests put NaN in those rows)
-    kd = keys.to(gl.float32) * entry_decay(g_after, en, h, jw) * wl[:, None]
+    if SCALAR_GATE:  # the decays are the gate itself
+        kd = keys.to(gl.float32) * (wl * en)[:, None]
+    else:
+        kd = keys.to(gl.float32) * entry_decay(g_after, en, h, jw) * wl[:, None]
     kd = gl.convert_layout(kd, KEYS)
     # the exchanges in pairs (kn with qn): one round of shared memory each
     kn_keys, qn_keys = _pair_to(kn, qn, gl.SliceLayout(0, KEYS), PAIR_KEY_COLS)
@@ -271,10 +278,11 @@ def _step_kernel(
     if IN_PLACE:
         thread_barrier()  # every thread has read the window, pcum and the fill count
     write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, n, jw,
-                kn, u_new, en, pcum_n, w_all, full, errors, IN_PLACE, NK, NV, NL)
+                kn, u_new, en, pcum_n, w_all, full, errors, IN_PLACE, NK, NV, NL, SCALAR_GATE)
 
 
-def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None, guard_full=False):
+def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None, guard_full=False,
+                key_group=1):
     """Launch the Gluon decode-step kernel; arguments and semantics as
     ``step.triton_kernel.launch_step``. Needs an sm_90 device and a triton release in
     ``VERIFIED_TRITON`` (``kernel.choose`` checks both). Returns the launched kernel object, or
@@ -284,5 +292,5 @@ def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None
         return None
     with torch.cuda.device(o.device):
         return _step_kernel[(n_rows * o.shape[1],)](
-            **step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx, errors, guard_full),
+            **step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx, errors, guard_full, key_group),
             num_warps=NUM_WARPS, maxnreg=MAX_REGISTERS)

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import torch
 
-from .flush.naive import flush_cpu
-from .format import CHECKPOINT_FIELDS, TOKEN_FIELDS, WINDOW_FIELDS, check_batch, check_q0, check_tensor, mixed_width
+from .family import KDA, Family
+from .format import CHECKPOINT_FIELDS, TOKEN_FIELDS, check_batch, check_q0, check_tensor
 from .geometry import K, L, V
-from .ops import call, flush_op, flush_pool, step_op, step_pool
+from .ops import CPU_FLUSH, CPU_STEP, FAMILY_OPS, call
 from .pool import Pool, check_call, check_on_pool
-from .step.naive import step_cpu
 
 
 def run(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
@@ -58,18 +57,23 @@ def run(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0):
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
     """
     fields = dict(codes=codes, s_k=s_k, s_v=s_v, u=u, q=q, kbuf=kbuf, ubuf=ubuf, gbuf=gbuf, w=w, pcum=pcum)
-    _, _, device = check_batch(fields)
+    return run_family(KDA, fields, q0)
+
+
+def run_family(family: Family, fields: dict, q0: torch.Tensor):
+    """``run`` of ``family`` on ``fields`` (the checkpoint and ``family.window`` by name):
+    checked, made dense, then the family's CPU flush or the kernel. Raises as ``run``."""
+    _, _, device = check_batch(fields, {**CHECKPOINT_FIELDS, **family.window_fields()})
     check_q0(q0, device)
     # dense copies where needed: the result must not depend on the inputs' memory layout
     fields = {n: t.contiguous() for n, t in fields.items()}
     if device.type != "cuda":
-        return flush_cpu(**fields, q0=q0)
+        return CPU_FLUSH[family.name](**fields, q0=q0)
     from .kernel import launch_flush
 
     ckpt_in = tuple(fields[n] for n in CHECKPOINT_FIELDS)
-    window = tuple(fields[n] for n in WINDOW_FIELDS)
     ckpt_out = tuple(torch.empty_like(t) for t in ckpt_in)
-    launch_flush(ckpt_in, ckpt_out, window, q0)
+    launch_flush(ckpt_in, ckpt_out, family.kernel_window(fields), q0)
     return ckpt_out
 
 
@@ -110,14 +114,15 @@ def flush_inplace(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
 
 
 def flush_checked(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
-    """``flush_inplace`` on arguments already checked."""
-    call(flush_op, flush_pool, pool.raw, pool.kbuf, pool.ubuf, pool.gbuf, pool.w, pool.pcum, pool.hcnt, pool.picks,
-         idx, q0, pool.layout, pool.kernel or "", pool.flush_ctas_per_sm or 0)
+    """``flush_inplace`` on arguments already checked (the pool's family's op)."""
+    op, body, _, _ = FAMILY_OPS[pool.family.name]
+    call(op, body, pool.raw, *pool.window, pool.hcnt, pool.picks, idx, q0, pool.layout, pool.kernel or "",
+         pool.flush_ctas_per_sm or 0)
 
 
-def _check_params(A_log, dt_bias, heads: int, device) -> None:
+def _check_params(A_log, dt_bias, heads: int, device, family: Family = KDA) -> None:
     check_tensor("A_log", A_log, torch.float32, (heads,))
-    check_tensor("dt_bias", dt_bias, torch.float32, (heads, K))
+    check_tensor("dt_bias", dt_bias, torch.float32, (heads, *family.gate_inputs["dt_bias"]))
     for name, t in (("A_log", A_log), ("dt_bias", dt_bias)):
         if t.device != device:
             raise ValueError(f"devices disagree: {name} is on {t.device}, expected {device}")
@@ -161,23 +166,44 @@ def step(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b, 
     """
     fields = dict(codes=codes, s_k=s_k, s_v=s_v, u=u, q=q, kbuf=kbuf, ubuf=ubuf, gbuf=gbuf, w=w, pcum=pcum,
                   h=h, qx=qx, kx=kx, vx=vx, a=a, b=b)
-    _, heads, device = check_batch(fields, {**CHECKPOINT_FIELDS, **WINDOW_FIELDS, **TOKEN_FIELDS})
-    _check_params(A_log, dt_bias, heads, device)
+    return step_family(KDA, fields, A_log, dt_bias)
+
+
+def step_family(family: Family, fields: dict, A_log, dt_bias):
+    """``step`` of ``family`` on ``fields`` (the checkpoint, ``family.window`` and the token by
+    name): checked, made dense, then the family's CPU step or the kernel. KDA returns ``(o, k_row,
+    u_row, g_row, w_new, pcum_new)``, GDN ``(o, k_row, u_row, w_new, p_new)``. Raises as ``step``."""
+    tokens = dict(TOKEN_FIELDS)
+    tokens["a"] = (torch.bfloat16, family.gate_inputs["a"])
+    qk = {n: tokens.pop(n) for n in ("qx", "kx")}
+    _, heads, device = check_batch(fields, {**CHECKPOINT_FIELDS, **family.window_fields(), **tokens})
+    n, hk = fields["codes"].shape[0], family.key_heads(heads)
+    for name, (dtype, trailing) in qk.items():  # q and k of each key head
+        check_tensor(name, fields[name], dtype, (n, hk, *trailing))
+        if fields[name].device != device:
+            raise ValueError(f"devices disagree: codes is on {device}, {name} is on {fields[name].device}")
+    _check_params(A_log, dt_bias, heads, device, family)
     fields = {n: t.contiguous() for n, t in fields.items()}
     A_log, dt_bias = A_log.contiguous(), dt_bias.contiguous()
     if device.type != "cuda":
-        if fields["h"].numel() and not bool(((fields["h"] >= 0) & (fields["h"] < L)).all()):
+        h = fields["h"]
+        if h.numel() and not bool(((h >= 0) & (h < L)).all()):
             raise ValueError(f"h must lie in [0, {L}), got values in [{int(h.min())}, {int(h.max())}]")
-        return step_cpu(**fields, A_log=A_log, dt_bias=dt_bias)
+        return CPU_STEP[family.name](**fields, A_log=A_log, dt_bias=dt_bias)
     from .kernel import launch_step
 
     f = fields
     o = torch.empty_like(f["vx"])
-    new = (torch.empty_like(f["kx"]), torch.empty_like(f["vx"]), torch.empty_like(f["kx"], dtype=torch.float16),
-           torch.empty_like(f["w"]), torch.empty_like(f["pcum"]))
-    launch_step(tuple(f[n] for n in CHECKPOINT_FIELDS), tuple(f[n] for n in WINDOW_FIELDS), f["h"],
-                (f["qx"], f["kx"], f["vx"], f["a"], f["b"]), A_log, dt_bias, o, new=new)
-    return (o, *new)
+    k_row = torch.empty(n, heads, K, dtype=torch.bfloat16, device=device)
+    if family.scalar_gate:
+        returned = (k_row, torch.empty_like(f["vx"]), torch.empty_like(f["w"]), torch.empty_like(f["p"]))
+        new = (*returned[:2], None, *returned[2:])
+    else:
+        returned = new = (k_row, torch.empty_like(f["vx"]), torch.empty_like(k_row, dtype=torch.float16),
+                          torch.empty_like(f["w"]), torch.empty_like(f["pcum"]))
+    launch_step(tuple(f[n] for n in CHECKPOINT_FIELDS), family.kernel_window(f), f["h"],
+                (f["qx"], f["kx"], f["vx"], f["a"], f["b"]), A_log, dt_bias, o, new=new, key_group=family.key_group)
+    return (o, *returned)
 
 
 def step_inplace(pool: Pool, idx: torch.Tensor, mixed: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
@@ -225,20 +251,22 @@ def step_inplace(pool: Pool, idx: torch.Tensor, mixed: torch.Tensor, a: torch.Te
 
 
 def step_checked(pool: Pool, idx, mixed, a, b, A_log, dt_bias, o) -> None:
-    """``step_inplace`` on arguments already checked."""
-    call(step_op, step_pool, pool.raw, pool.kbuf, pool.ubuf, pool.gbuf, pool.w, pool.pcum, pool.hcnt, pool.errors,
-         idx, mixed, a, b, A_log, dt_bias, o, pool.layout, pool.step_kernel or "")
+    """``step_inplace`` on arguments already checked (the pool's family's op)."""
+    _, _, op, body = FAMILY_OPS[pool.family.name]
+    call(op, body, pool.raw, *pool.window, pool.hcnt, pool.errors, idx, mixed, a, b, A_log, dt_bias, o, pool.layout,
+         pool.step_kernel or "")
 
 
 def check_step_call(pool: Pool, idx, mixed, a, b, A_log, dt_bias, o) -> None:
     """The checks of ``step_inplace``'s arguments (no host sync); raises as it documents."""
     check_call(pool, idx)
-    n, heads = idx.shape[0], pool.heads
-    check_on_pool(f"mixed (a pool of {heads} heads)", mixed, torch.bfloat16, (n, mixed_width(heads)), pool, dense=False)
+    n, heads, fam = idx.shape[0], pool.heads, pool.family
+    check_on_pool(f"mixed (a pool of {heads} heads)", mixed, torch.bfloat16, (n, fam.mixed_width(heads)), pool,
+                  dense=False)
     if mixed.stride(1) != 1:
         raise ValueError(f"mixed must have unit inner stride, got strides {list(mixed.stride())}")
-    check_on_pool("a", a, torch.bfloat16, (n, heads, K), pool)
+    check_on_pool("a", a, torch.bfloat16, (n, heads, *fam.gate_inputs["a"]), pool)
     check_on_pool("b", b, torch.bfloat16, (n, heads), pool)
     check_on_pool("A_log", A_log, torch.float32, (heads,), pool)
-    check_on_pool("dt_bias", dt_bias, torch.float32, (heads, K), pool)
+    check_on_pool("dt_bias", dt_bias, torch.float32, (heads, *fam.gate_inputs["dt_bias"]), pool)
     check_on_pool("o", o, torch.bfloat16, (n, heads, V), pool)

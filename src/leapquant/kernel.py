@@ -160,9 +160,9 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None,
 
 
 def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None, guard_full=False,
-                kernel: str | None = None):
+                key_group: int = 1, kernel: str | None = None):
     """Launch the decode step on ``kernel`` (default: ``choose(o.device, "step")``); arguments and
     semantics as ``step.triton_kernel.launch_step``."""
     name = kernel or choose(o.device, "step", heads=o.shape[1])
     return module(name, "step").launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=new, idx=idx,
-                                            errors=errors, guard_full=guard_full)
+                                            errors=errors, guard_full=guard_full, key_group=key_group)

@@ -87,7 +87,8 @@ def _sums_and_maxima(a0, a1, a2, a3, a4, b0, b1, b2, b3, b4):
 @triton.jit
 def token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_k, tok, qk_row, head, prog, k,
                NH: tl.constexpr, NK: tl.constexpr, NORM_EPS: tl.constexpr, SCALE: tl.constexpr,
-               SP_THRESHOLD: tl.constexpr, BETA_SMALL: tl.constexpr, QM: tl.constexpr):
+               SP_THRESHOLD: tl.constexpr, BETA_SMALL: tl.constexpr, QM: tl.constexpr,
+               SCALAR_GATE: tl.constexpr, KEY_GROUP: tl.constexpr):
     """This token's phase (``naive.normalize_qk``, ``naive.gate``) for program ``prog`` = (slot,
     ``head``) serving token row ``tok``: loads ``kx``/``qx`` (bf16, row stride ``qk_row``), ``a``
     (bf16 ``[N, H, K]``), ``b`` (bf16 ``[N, H]``), ``A_log`` (fp32 ``[H]``), ``dt_bias`` (fp32
@@ -96,17 +97,30 @@ def token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_k, tok, qk_row, head, prog,
     pc, f, max|f kn|, max|f qn|)``: [K] fp32 vectors in ``k``'s layout (``g`` the log-space gate,
     ``en = exp(g)``, ``pc = exp(pcum_new)``, ``f = s_k pc / QM``) and scalars (``kn . qn``,
     ``beta`` bf16-exact as fp32, and the two maxima, each within a few ulps: one reduction
-    serves the norms, ``kn . qn`` and the maxima, which the Gluon kernel's digits scale by)."""
-    kt = tl.load(kx + tok * qk_row + head * NK + k).to(tl.float32)
-    qt = tl.load(qx + tok * qk_row + head * NK + k).to(tl.float32)
-    xg = tl.load(a + (tok * NH + head) * NK + k).to(tl.float32) + tl.load(dt_bias + head * NK + k)
-    b_t = tl.load(b + tok * NH + head).to(tl.float32)
-    pcum_n = tl.load(pcum + prog * NK + k)
-    g = -tl.exp(tl.load(A_log + head)) * softplus(xg, SP_THRESHOLD)
-    en = tl.exp(g)
-    beta = beta_bf16(b_t, BETA_SMALL)
-    pcum_n = pcum_n + g
-    pc = tl.exp(pcum_n)
+    serves the norms, ``kn . qn`` and the maxima, which the Gluon kernel's digits scale by).
+
+    ``SCALAR_GATE`` (GDN): ``a`` bf16 ``[N, H]``, ``dt_bias`` fp32 ``[H]`` and ``pcum`` the gate
+    product ``p`` (one fp32 a program); ``g``, ``en`` (= at) and ``pcum_new`` (= p at) are scalars,
+    ``pc`` the [K] vector of ``p at``. ``KEY_GROUP``: heads a key head's q and k serve (GQA)."""
+    kt = tl.load(kx + tok * qk_row + (head // KEY_GROUP) * NK + k).to(tl.float32)
+    qt = tl.load(qx + tok * qk_row + (head // KEY_GROUP) * NK + k).to(tl.float32)
+    if SCALAR_GATE:
+        xg = tl.load(a + tok * NH + head).to(tl.float32) + tl.load(dt_bias + head)
+        b_t = tl.load(b + tok * NH + head).to(tl.float32)
+        g = -tl.exp(tl.load(A_log + head)) * softplus(xg, SP_THRESHOLD)
+        en = tl.exp(g)
+        beta = beta_bf16(b_t, BETA_SMALL)
+        pcum_n = tl.load(pcum + prog) * en  # p at
+        pc = s_k * 0.0 + pcum_n
+    else:
+        xg = tl.load(a + (tok * NH + head) * NK + k).to(tl.float32) + tl.load(dt_bias + head * NK + k)
+        b_t = tl.load(b + tok * NH + head).to(tl.float32)
+        pcum_n = tl.load(pcum + prog * NK + k)
+        g = -tl.exp(tl.load(A_log + head)) * softplus(xg, SP_THRESHOLD)
+        en = tl.exp(g)
+        beta = beta_bf16(b_t, BETA_SMALL)
+        pcum_n = pcum_n + g
+        pc = tl.exp(pcum_n)
     f = s_k * pc * (1.0 / QM)
     # the three sums over k and the two maxima in one reduction (one cross-warp round where K
     # spans the warps): kn . qn = (kt . qt) rk rq, max|f kn| = rk max|f kt|
@@ -134,28 +148,45 @@ def entry_decay(g_after, en, h, j):
 @triton.jit
 def write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new,
                 prog, out_row, h, n, j, kn, u_new, en, pcum_n, w_all, full, errors, IN_PLACE: tl.constexpr,
-                NK: tl.constexpr, NV: tl.constexpr, NL: tl.constexpr):
+                NK: tl.constexpr, NV: tl.constexpr, NL: tl.constexpr, SCALAR_GATE: tl.constexpr):
     """The step's window entry: in pool form (``IN_PLACE``) appended in place -- ``kbuf``, ``ubuf``,
     ``gbuf`` row ``h`` of program ``prog`` (bf16 ``kn``, bf16 ``u_new``, fp16 ``en``), ``w[h] = 1``,
     ``pcum = pcum_new``, ``fill = h + 1`` (the caller has made every thread's reads of them happen
     first) -- unless ``full`` (a full window never flushed: nothing appended, 1 added to the
     counter ``errors``); in functional form the fresh outputs ``k_row``, ``u_row`` (row
     ``out_row``), ``g_row``, ``w_new`` (``w_all`` with entry ``h`` set to 1) and ``pcum_new``. ``n``
-    [K] (= [V]) and ``j`` [L] are the offsets, in the layouts of the vectors stored."""
+    [K] (= [V]) and ``j`` [L] are the offsets, in the layouts of the vectors stored.
+    ``SCALAR_GATE`` (GDN): no gate row; the live weights decay by ``en`` (= at) with ``w[h] = 1``
+    and the gate product ``pcum_n`` (p at, one word a program) is stored in ``pcum`` /
+    ``pcum_new``."""
     if full:
         tl.atomic_add(errors, 1)
     elif IN_PLACE:
         kwin = prog * (NL * NK)
         tl.store(ubuf + prog * (NL * NV) + h * NV + n, round_bf16(u_new))
         tl.store(kbuf + kwin + h * NK + n, round_bf16(kn))
-        tl.store(gbuf + kwin + h * NK + n, en.to(tl.float16))
-        tl.store(w + prog * NL + j, (j * 0 + 1).to(tl.float32), mask=j == h)  # ones in j's layout
-        tl.store(pcum + prog * NK + n, pcum_n)
+        if SCALAR_GATE:
+            tl.store(w + prog * NL + j, _decayed_weights(w_all, en, h, j))
+            tl.store(pcum + prog + j * 0, w_all * 0.0 + pcum_n, mask=j == 0)  # one word, in j's layout
+        else:
+            tl.store(gbuf + kwin + h * NK + n, en.to(tl.float16))
+            tl.store(w + prog * NL + j, (j * 0 + 1).to(tl.float32), mask=j == h)  # ones in j's layout
+            tl.store(pcum + prog * NK + n, pcum_n)
         tl.store(fill + prog, h + 1)
     else:
         out_k = prog * NK
         tl.store(u_row + out_row + n, round_bf16(u_new))
         tl.store(k_row + out_k + n, round_bf16(kn))
-        tl.store(g_row + out_k + n, en.to(tl.float16))
-        tl.store(w_new + prog * NL + j, tl.where(j == h, 1.0, w_all))
-        tl.store(pcum_new + out_k + n, pcum_n)
+        if SCALAR_GATE:
+            tl.store(w_new + prog * NL + j, _decayed_weights(w_all, en, h, j))
+            tl.store(pcum_new + prog + j * 0, w_all * 0.0 + pcum_n, mask=j == 0)
+        else:
+            tl.store(g_row + out_k + n, en.to(tl.float16))
+            tl.store(w_new + prog * NL + j, tl.where(j == h, 1.0, w_all))
+            tl.store(pcum_new + out_k + n, pcum_n)
+
+
+@triton.jit
+def _decayed_weights(w_all, at, h, j):
+    # the scalar gate's weights after a step: live entries (j < h) times at, entry h set to 1
+    return tl.where(j == h, 1.0, tl.where(j < h, w_all * at, w_all))

@@ -117,12 +117,12 @@ def decay(gbase, m, k, NL: tl.constexpr, NK: tl.constexpr):
 
 
 @triton.jit
-def rebuild_factors(s_k, pcum_row, u_rows, q_rows_t, ubuf_t, keys, wj, D, m, NL: tl.constexpr,
+def rebuild_factors(s_k, p, u_rows, q_rows_t, ubuf_t, keys, wj, D, m, NL: tl.constexpr,
                     NR: tl.constexpr, QM: tl.constexpr):
     """SPEC step 2 on the factors: f [K], A^T [V, 32] (bf16, exact) and KU [32, K] (fp32).
+    ``p`` [K]: the checkpoint's decay over the window (exp(pcum), or the scalar gate's product);
     ``u_rows`` [32, K] / ``q_rows_t`` [V, 32] hold token row (m - L) % R on rows L .. L + 2R - 1
     (zero elsewhere), ``keys`` [32, K] / ``ubuf_t`` [V, 32] the window on rows < L."""
-    p = tl.exp(pcum_row)
     f = s_k * p * (1.0 / QM)
     KU = tl.where((m < NL)[:, None], keys.to(tl.float32) * D * wj[:, None], u_rows.to(tl.float32) * p[None, :])
     q_hi, q_lo = _split_bf16(q_rows_t.to(tl.float32))  # fp16 = bf16 + bf16, exactly
@@ -300,7 +300,7 @@ def _flush_program(
     NR: tl.constexpr, RP: tl.constexpr, MR: tl.constexpr,
     QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
     U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr, ILL: tl.constexpr,
-    ORTHONORMAL_QK: tl.constexpr,
+    ORTHONORMAL_QK: tl.constexpr, SCALAR_GATE: tl.constexpr,
 ):
     # One (slot, head) flushed. ORTHONORMAL_QK: the reference's path (qk orthonormalised). Without
     # it, where the qv basis is ill-conditioned (a column keeps less than ILL of its squared norm),
@@ -318,13 +318,17 @@ def _flush_program(
     tok = (m >= NL) & (m < NL + 2 * NR)
     tok_row = m % NR  # (m - L) % R: L is a multiple of R
 
-    # window and old checkpoint, straight into the low-rank tile's rows
-    gbase = gbuf + prog * (NL * NK)
-    D = decay(gbase, m, k, NL, NK)
+    # window and old checkpoint, straight into the low-rank tile's rows; the gate: per channel
+    # (the entries' decays D_j and exp(pcum)) or scalar (no decays, the product p: one word)
+    if SCALAR_GATE:
+        D = tl.full([MR, NK], 1.0, dtype=tl.float32)
+        p = tl.load(pcum + prog + k * 0)
+    else:
+        D = decay(gbuf + prog * (NL * NK), m, k, NL, NK)
+        p = tl.exp(tl.load(pcum + prog * NK + k))
     wj = tl.load(w + prog * NL + m, mask=win, other=0.0)
     keys = tl.load(kbuf + prog * (NL * NK) + m[:, None] * NK + k[None, :], mask=win[:, None], other=0.0)
     ubuf_t = tl.load(ubuf + prog * (NL * NV) + m[None, :] * NV + v[:, None], mask=win[None, :], other=0.0)
-    pcum_row = tl.load(pcum + prog * NK + k)
     codes = tl.load(codes_in + slot * C_SLOT + head * C_HEAD + v[:, None] * NK + k[None, :])
     s_k = tl.load(sk_in + slot * SK_SLOT + head * SK_HEAD + k)
     s_v = tl.load(sv_in + slot * SV_SLOT + head * SV_HEAD + v)
@@ -332,7 +336,7 @@ def _flush_program(
                      mask=tok[:, None], other=0.0)
     q_rows_t = tl.load(q_in + slot * Q_SLOT + head * Q_HEAD + tok_row[None, :] * Q_ROW + v[:, None],
                        mask=tok[None, :], other=0.0)
-    f, At, KU = rebuild_factors(s_k, pcum_row, u_rows, q_rows_t, ubuf_t, keys, wj, D, m, NL, NR, QM)
+    f, At, KU = rebuild_factors(s_k, p, u_rows, q_rows_t, ubuf_t, keys, wj, D, m, NL, NR, QM)
     k_hi, k_mid, k_lo = _split3_bf16(KU)  # KU meets the tensor cores as three bf16 parts
     # int8 -> fp32 through the fp32 mantissa (integer add, float subtract; I2F runs at a quarter
     # of the FP32 rate), then bf16 once: exact. The products use it as C and as C^T.
@@ -384,8 +388,11 @@ def _flush_program(
             # every thread's window loads are consumed before any reset lands
             tl.debug_barrier()
             tl.store(w + prog * NL + j, tl.zeros([NL], dtype=tl.float32))
-            tl.store(gbase + j[:, None] * NK + k[None, :], tl.full([NL, NK], 1.0, dtype=tl.float16))
-            tl.store(pcum + prog * NK + k, tl.zeros([NK], dtype=tl.float32))
+            if SCALAR_GATE:
+                tl.store(pcum + prog, 1.0)  # p = 1
+            else:
+                tl.store(gbuf + prog * (NL * NK) + j[:, None] * NK + k[None, :], tl.full([NL, NK], 1.0, dtype=tl.float16))
+                tl.store(pcum + prog * NK + k, tl.zeros([NK], dtype=tl.float32))
     return retry
 
 
@@ -403,6 +410,7 @@ def _flush_one(
     NR: tl.constexpr, RP: tl.constexpr, MR: tl.constexpr,
     QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
     U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr, ILL: tl.constexpr,
+    SCALAR_GATE: tl.constexpr,
 ):
     # program (slot, head) flushed with qk unit-scaled; the reference's path (qk orthonormalised)
     # only where that run's qv basis was ill-conditioned (uniform), as a second run, so that
@@ -413,7 +421,7 @@ def _flush_one(
         kbuf, ubuf, gbuf, w, pcum, q0,
         C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
         Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
-        QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL, False,
+        QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL, False, SCALAR_GATE,
     ):
         _flush_program(
             slot, head,
@@ -421,7 +429,7 @@ def _flush_one(
             kbuf, ubuf, gbuf, w, pcum, q0,
             C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
             Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
-            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL, True,
+            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL, True, SCALAR_GATE,
         )
 
 
@@ -447,6 +455,7 @@ def _flush_kernel(
     NR: tl.constexpr, RP: tl.constexpr, MR: tl.constexpr,
     QM: tl.constexpr, SCALE_MIN: tl.constexpr, NORM_MIN: tl.constexpr, DROP: tl.constexpr,
     U_LIMIT: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr, ILL: tl.constexpr,
+    SCALAR_GATE: tl.constexpr,  # the scalar gate (GDN): gbuf None, pcum holds the gate product p
 ):
     if not PERSISTENT:  # one CTA per candidate
         c = tl.program_id(0)
@@ -464,7 +473,7 @@ def _flush_kernel(
             kbuf, ubuf, gbuf, w, pcum, q0,
             C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
             Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
-            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL,
+            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL, SCALAR_GATE,
         )
         return
     # Persistent grid (pool mode): every CTA reads all due flags, ranks the due programs in
@@ -499,7 +508,7 @@ def _flush_kernel(
             kbuf, ubuf, gbuf, w, pcum, q0,
             C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
             Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
-            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL,
+            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL, SCALAR_GATE,
         )
 
 
@@ -518,7 +527,8 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None,
 
     ``ckpt_in``/``ckpt_out``: ``(codes, s_k, s_v, u, q)`` tensors of shape ``[S, H, ...]`` with
     unit innermost stride and equal strides (the same tensors for an in-place pool flush).
-    ``window``: ``(kbuf, ubuf, gbuf, w, pcum)`` dense ``[S, H, ...]``. With ``idx`` (int32
+    ``window``: ``(kbuf, ubuf, gbuf, w, pcum)`` dense ``[S, H, ...]``, or for the scalar gate
+    (``family.GDN``) ``(kbuf, ubuf, None, w, p)`` with ``p`` fp32 ``[S, H]``. With ``idx`` (int32
     ``[N]``) and ``hcnt`` (int32 ``[S, H]``), programs ``(idx[i], h)`` run only where
     ``idx[i] > 0`` and ``hcnt == L`` and get their window reset; without them, every
     ``(b, h)`` of the batch runs and the window is left alone. No host synchronisation.

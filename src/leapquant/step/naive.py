@@ -204,3 +204,62 @@ def step_with_products(products, codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcu
     with _full_fp32_matmul(), torch.no_grad():
         return _step(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, h, qx, kx, vx, a, b, A_log, dt_bias,
                      products=products)
+
+
+# --- the scalar gate (Gated DeltaNet, NVlabs/kda request conless-leapquant-gdn-step) -------------
+#   at = exp(-exp(A_log) softplus(a + dt_bias))   one decay a head and token
+#   pn = p at      wd_j = w_j at (j < h)      S = pn decode(checkpoint) + sum_j wd_j ubuf_j kbuf_j^T
+#   u_new, o as above; w_new = wd with w_new[h] = 1, p_new = pn
+# q and k come from key head head // group (GQA: 16 key heads serve 32 value heads).
+
+SCALAR_OUTPUTS = ("o", "k_row", "u_row", "w_new", "p_new")  # scalar_step_reference's results, in order
+
+
+def scalar_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, dtype: torch.dtype = torch.float32):
+    """``(g, at)``: the scalar gate's log-decay ``g = -exp(A_log) softplus(a + dt_bias)`` and
+    ``at = exp(g)``, ``[..., H]`` in ``dtype`` (``a`` ``[..., H]``, ``A_log``, ``dt_bias`` ``[H]``)."""
+    x = a.to(dtype) + dt_bias.to(dtype)
+    softplus = torch.where(x <= SOFTPLUS_THRESHOLD, torch.log1p(torch.exp(x.clamp_max(SOFTPLUS_THRESHOLD))), x)
+    g = -torch.exp(A_log.to(dtype)) * softplus
+    return g, torch.exp(g)
+
+
+def scalar_step_reference(codes, s_k, s_v, u, q, kbuf, ubuf, w, p, h, qx, kx, vx, a, b, A_log, dt_bias):
+    """The GDN decode step in fp32 PyTorch, forming the state (the readable definition).
+
+    Args (``[B, H]`` leading dims unless said; ``HK`` key heads dividing ``H``):
+        codes, s_k, s_v, u, q: the checkpoint, as ``step_reference``.
+        kbuf bf16 ``[B, H, L, K]``; ubuf bf16 ``[B, H, L, V]``; w fp32 ``[B, H, L]``; p fp32
+        ``[B, H]`` the gate product since the checkpoint -- the window (entries ``>= h`` unread).
+        h int32 ``[B, H]``, ``0 <= h <= L`` (``L``: a full window, nothing appended by callers).
+        qx, kx bf16 ``[B, HK, K]`` (key head ``head // (H // HK)``); vx bf16 ``[B, H, V]``; a, b
+        bf16 ``[B, H]``; A_log, dt_bias fp32 ``[H]``.
+
+    Returns ``(o, k_row, u_row, w_new, p_new)``: o, u_row bf16 ``[B, H, V]``, k_row bf16 ``[B, H,
+    K]``, w_new fp32 ``[B, H, L]`` (the live weights times at, entry ``h`` = 1), p_new fp32 ``[B,
+    H]`` (``p at``). Raises nothing of its own.
+    Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-gdn-step.
+    """
+    f32 = torch.float32
+    with _full_fp32_matmul(), torch.no_grad():
+        group = codes.shape[-3] // qx.shape[-2]
+        qn, kn = normalize_qk(qx.repeat_interleave(group, -2), kx.repeat_interleave(group, -2), f32)
+        _, at = scalar_gate(a, A_log, dt_bias, f32)
+        beta = beta_bf16(b).to(f32)
+        pn = p.to(f32) * at
+        j = torch.arange(L, device=w.device)
+        live = j < h.unsqueeze(-1)
+        wd = torch.where(live, w.to(f32) * at.unsqueeze(-1), w.to(f32))
+        zero = torch.zeros((), dtype=f32, device=w.device)
+        # rows at or past the fill count are not read (a pool's stale rows)
+        values = torch.where(live.unsqueeze(-1), ubuf.to(f32), zero) * torch.where(live, wd, zero).unsqueeze(-1)
+        keys = torch.where(live.unsqueeze(-1), kbuf.to(f32), zero)
+        S = decode(codes, s_k, s_v, u, q, f32) * pn[..., None, None] + torch.einsum("...jv,...jk->...vk", values, keys)
+        Skn = torch.einsum("...vk,...k->...v", S, kn)
+        Sqn = torch.einsum("...vk,...k->...v", S, qn)
+        u_new, o = update_and_output(Skn, Sqn, kn, qn, vx.to(f32), beta)
+        w_new = torch.where(j == h.unsqueeze(-1), torch.ones((), dtype=f32, device=w.device), wd)
+        return o.to(torch.bfloat16), kn.to(torch.bfloat16), u_new.to(torch.bfloat16), w_new, pn
+
+
+scalar_step_cpu = scalar_step_reference  # the engine's GDN path for CPU tensors (forms the state)

@@ -98,14 +98,16 @@ def flush_arguments(ckpt_in, ckpt_out, window, q0, idx, hcnt, picks, num_program
     (``codes_in`` .. ``q_out``; the same tensors for an in-place pool flush), the window
     (``kbuf, ubuf, gbuf, w, pcum``), ``q0``, the pool's ``idx``, ``hcnt`` and ``picks`` scratch
     (a functional launch passes any tensor in their place), the candidate programs, the picks' words
-    per CTA, the checkpoint strides and ``FLUSH_CONSTANTS``. Each kernel adds its own switches
+    per CTA, the checkpoint strides and ``FLUSH_CONSTANTS``; ``SCALAR_GATE`` where the window has no
+``gbuf`` (None: the scalar gate, ``pcum`` its product ``p``, ``family.Family.kernel_window``). Each kernel adds its own switches
     and constants (``flush.triton_kernel.launch_flush``, ``flush.gluon_kernel.launch_flush``)."""
     names_in = ("codes_in", "sk_in", "sv_in", "u_in", "q_in")
     names_out = ("codes_out", "sk_out", "sv_out", "u_out", "q_out")
     return {**dict(zip(names_in, ckpt_in)), **dict(zip(names_out, ckpt_out)),
             **dict(zip(("kbuf", "ubuf", "gbuf", "w", "pcum"), window)), "q0": q0, "idx": idx, "hcnt": hcnt,
             "picks": picks, "num_programs": num_programs, "pick_stride": pick_stride,
-            **checkpoint_strides(*ckpt_in), **FLUSH_CONSTANTS, "NH": ckpt_in[0].shape[1]}
+            **checkpoint_strides(*ckpt_in), **FLUSH_CONSTANTS, "NH": ckpt_in[0].shape[1],
+            "SCALAR_GATE": window[2] is None}
 
 
 # the flush kernels' geometry and numeric constants, by their constexpr names
@@ -119,11 +121,14 @@ STEP_UNSPECIALISED = ("idx", "errors", "qx", "kx", "vx", "a", "b", "A_log", "dt_
 
 
 def step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None,
-                   guard_full: bool = False) -> dict:
+                   guard_full: bool = False, key_group: int = 1) -> dict:
     """Every argument of the decode-step kernels by name (the portable and the Gluon kernel take
     the same ones), constants included; arguments and semantics as ``step.triton_kernel.launch_step``.
     In pool form (``idx`` given) the unused output pointers are ``o``; in functional form the
-    unused ``idx`` and ``errors`` are ``fill``. The head count comes from ``o`` ``[N, NH, V]``."""
+    unused ``idx`` and ``errors`` are ``fill``. The head count comes from ``o`` ``[N, NH, V]``.
+    A window without ``gbuf`` (None) is the scalar gate's (``SCALAR_GATE``, ``pcum`` its product
+    ``p``; ``family.Family.kernel_window``), whose functional ``new`` has None for ``g_row``;
+    ``key_group``: heads one key head's q and k serve (``KEY_GROUP``)."""
     qx, kx, vx, a, b = token
     kbuf, ubuf, gbuf, w, pcum = window
     in_place = idx is not None
@@ -135,7 +140,7 @@ def step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=N
         "idx": idx if in_place else fill, "errors": errors if in_place and errors is not None else fill,
         "qk_row": qx.stride(0), "v_row": vx.stride(0),
         **checkpoint_strides(*ckpt), "IN_PLACE": in_place, "GUARD_FULL": in_place and guard_full,
-        **STEP_CONSTANTS, "NH": o.shape[1],
+        **STEP_CONSTANTS, "NH": o.shape[1], "SCALAR_GATE": gbuf is None, "KEY_GROUP": key_group,
     }
 
 

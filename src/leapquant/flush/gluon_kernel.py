@@ -604,8 +604,10 @@ def _prefetch(
     U_SLOT: gl.constexpr, U_HEAD: gl.constexpr, U_ROW: gl.constexpr,
     Q_SLOT: gl.constexpr, Q_HEAD: gl.constexpr, Q_ROW: gl.constexpr,
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
+    SCALAR_GATE: gl.constexpr,
 ):
-    # start copying program (slot, head)'s checkpoint and window into the staging area
+    # start copying program (slot, head)'s checkpoint and window into the staging area (the
+    # scalar gate: no gates, and its product p in every word of pcum's place)
     st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     prog = slot * NH + head
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, BYTES))[:, None]
@@ -617,8 +619,9 @@ def _prefetch(
     # not care), so that D_j is a forward scan. Row r of the gates holds the gates after entry j:
     # ones, then gbuf rows L-1 .. 1.
     j = NL - 1 - jh
-    g_after = gl.where(jh > 0, gbuf + prog * (NL * NK) + (j + 1) * NK + nh, ones + nh)
-    async_load(st_gbuf, g_after)
+    if not SCALAR_GATE:
+        g_after = gl.where(jh > 0, gbuf + prog * (NL * NK) + (j + 1) * NK + nh, ones + nh)
+        async_load(st_gbuf, g_after)
     async_load(st_kbuf, kbuf + prog * (NL * NK) + j * NK + nh)
     async_load(st_ubuf, ubuf + prog * (NL * NV) + j * NV + nh)
     jr = gl.arange(0, NR, layout=gl.SliceLayout(1, TOKEN_COPY))[:, None]
@@ -628,7 +631,10 @@ def _prefetch(
     async_load(st_u, u_rows)
     async_load(st_q, q_rows)
     n = gl.arange(0, NK, layout=WORDS)
-    async_load(st_pcum, pcum + prog * NK + n)
+    if SCALAR_GATE:
+        async_load(st_pcum, pcum + prog + n * 0)
+    else:
+        async_load(st_pcum, pcum + prog * NK + n)
     async_load(st_sk, sk_in + slot * SK_SLOT + head * SK_HEAD + n)
     async_load(st_sv, sv_in + slot * SV_SLOT + head * SV_HEAD + n)
     async_load(st_w, w + prog * NL + (NL - 1 - gl.arange(0, NL, layout=WORDS)))
@@ -659,13 +665,17 @@ def _store_checkpoint(
 
 
 @gluon.jit
-def _reset_window(prog, w, gbuf, pcum, NL: gl.constexpr, NK: gl.constexpr):
-    # pool mode: a flushed program's window starts empty (weights 0, gates 1, summed log-gate 0)
+def _reset_window(prog, w, gbuf, pcum, NL: gl.constexpr, NK: gl.constexpr, SCALAR_GATE: gl.constexpr):
+    # pool mode: a flushed program's window starts empty (weights 0, gates 1, summed log-gate 0;
+    # the scalar gate: its product p = 1)
     jw = gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))
     kw = gl.arange(0, NK, layout=gl.SliceLayout(0, WIN))
     gl.store(w + prog * NL + jw, gl.zeros([NL], gl.float32, gl.SliceLayout(1, WIN)))
-    gl.store(gbuf + prog * (NL * NK) + jw[:, None] * NK + kw[None, :], gl.full([NL, NK], 1.0, gl.float16, WIN))
-    gl.store(pcum + prog * NK + gl.arange(0, NK, layout=WORDS), gl.zeros([NK], gl.float32, WORDS))
+    if SCALAR_GATE:
+        gl.store(pcum + prog + jw * 0, gl.full([NL], 1.0, gl.float32, gl.SliceLayout(1, WIN)), mask=jw == 0)
+    else:
+        gl.store(gbuf + prog * (NL * NK) + jw[:, None] * NK + kw[None, :], gl.full([NL, NK], 1.0, gl.float16, WIN))
+        gl.store(pcum + prog * NK + gl.arange(0, NK, layout=WORDS), gl.zeros([NK], gl.float32, WORDS))
 
 
 # not inlined: its lane-dependent constants are computed in it, not hoisted out of the persistent
@@ -683,6 +693,7 @@ def _flush_program(
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
     QM: gl.constexpr, SCALE_MIN: gl.constexpr, NORM_MIN: gl.constexpr, DROP: gl.constexpr,
     SECOND: gl.constexpr, U_LIMIT: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
+    SCALAR_GATE: gl.constexpr,
 ):
     prog = slot * NH + head
     # the shared operands: allocated here, not in the kernel (Triton 3.6 places a not-inlined
@@ -708,14 +719,15 @@ def _flush_program(
     if first:
         _prefetch(slot, head, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
                   C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                  Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+                  Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR, SCALAR_GATE)
 
     # this program's inputs, staged by _prefetch, into registers (the next one's copies start
     # before this one's last thin product)
     st_codes, st_gbuf, st_kbuf, st_ubuf, st_u, st_q, st_pcum, st_sk, st_sv, st_w = stage
     async_copy.wait_group(0)
     thread_barrier()  # every thread's copies have landed; the previous program is done with every buffer
-    g_after = st_gbuf.load(WIN)
+    if not SCALAR_GATE:
+        g_after = st_gbuf.load(WIN)
     keys = st_kbuf.load(WIN).to(gl.float32)
     wj = st_w.load(gl.SliceLayout(1, WIN))
     ubuf_rows = st_ubuf.load(HALVES)
@@ -723,14 +735,21 @@ def _flush_program(
     q4 = st_q.load(ROW4)
     codes = st_codes.load(BYTES)
     # the per-program vectors once, for every layout that reads them later
-    pc = gl.exp(st_pcum.load(WORDS))
+    if SCALAR_GATE:
+        pc = st_pcum.load(WORDS)  # p, in every word
+    else:
+        pc = gl.exp(st_pcum.load(WORDS))
     s_k = st_sk.load(WORDS)
     vec_s[DECAY_ROW].store(pc)
     vec_s[SK_ROW].store(s_k)
     vec_s[SV_ROW].store(st_sv.load(WORDS))
     vec_s[F_ROW].store(s_k * pc * (1.0 / QM))
 
-    rebuild_factors(keys, decay(g_after), wj, u4, q4, ubuf_rows, codes, c_s, win_s, ku_s, NL, NR)
+    if SCALAR_GATE:  # no per-entry decays
+        rebuild_factors(keys, gl.full([NL, NK], 1.0, gl.float32, WIN), wj, u4, q4, ubuf_rows, codes, c_s, win_s, ku_s,
+                        NL, NR)
+    else:
+        rebuild_factors(keys, decay(g_after), wj, u4, q4, ubuf_rows, codes, c_s, win_s, ku_s, NL, NR)
 
     # one round of subspace iteration on the factors
     a0, a1, a2, a3 = thin_products(q0_s[0].load(VEC), q0_s[1].load(VEC), q0_s[2].load(VEC), q0_s[3].load(VEC),
@@ -757,7 +776,7 @@ def _flush_program(
     if has_next:
         _prefetch(next_slot, next_head, stage, codes_in, sk_in, sv_in, u_in, q_in, kbuf, ubuf, gbuf, w, pcum, ones,
                   C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-                  Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR)
+                  Q_SLOT, Q_HEAD, Q_ROW, NH, NV, NK, NL, NR, SCALAR_GATE)
     # uk = S^T qv
     u0, u1, u2, u3 = thin_products(p0, p1, p2, p3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, True, NK, NL, QM)
     # where fp16 u_r would overflow (coherent states above |S| ~ 6e3) a power of two moves from
@@ -781,7 +800,7 @@ def _flush_program(
                       U_SLOT, U_HEAD, U_ROW, Q_SLOT, Q_HEAD, Q_ROW, NV, NK, NR)
     if IN_PLACE:
         # every window load above has landed in registers before these stores issue
-        _reset_window(prog, w, gbuf, pcum, NL, NK)
+        _reset_window(prog, w, gbuf, pcum, NL, NK, SCALAR_GATE)
     _keep_staged(stage_s, pcum, NV, NK, NL)
 
 
@@ -861,6 +880,7 @@ def _flush_kernel(
     NH: gl.constexpr, NV: gl.constexpr, NK: gl.constexpr, NL: gl.constexpr, NR: gl.constexpr,
     QM: gl.constexpr, SCALE_MIN: gl.constexpr, NORM_MIN: gl.constexpr, DROP: gl.constexpr,
     SECOND: gl.constexpr, U_LIMIT: gl.constexpr, MAGIC: gl.constexpr, MAGIC_BITS: gl.constexpr,
+    SCALAR_GATE: gl.constexpr,  # the scalar gate (GDN): gbuf None, pcum holds the gate product p
 ):
     gl.static_assert(NR == 4)
     gl.static_assert(NV == NK)
@@ -926,7 +946,7 @@ def _flush_kernel(
             kbuf, ubuf, gbuf, w, pcum, ones, q0,
             C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
             Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, NH, NV, NK, NL, NR,
-            QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS,
+            QM, SCALE_MIN, NORM_MIN, DROP, SECOND, U_LIMIT, MAGIC, MAGIC_BITS, SCALAR_GATE,
         )
     async_copy.wait_group(0)  # no copy of the last call (its _keep_staged) in flight at the exit
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from .geometry import HEAD_COUNTS, H, K, L, QMAX, R, V
+from .family import KDA
+from .geometry import HEAD_COUNTS, H, K, QMAX, R, V
 
 # name -> (dtype, trailing shape after the leading [B, H]); the order is run()'s.
 CHECKPOINT_FIELDS: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
@@ -18,13 +19,7 @@ CHECKPOINT_FIELDS: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
     "u": (torch.float16, (R, K)),
     "q": (torch.float16, (R, V)),
 }
-WINDOW_FIELDS: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
-    "kbuf": (torch.bfloat16, (L, K)),
-    "ubuf": (torch.bfloat16, (L, V)),
-    "gbuf": (torch.float16, (L, K)),
-    "w": (torch.float32, (L,)),
-    "pcum": (torch.float32, (K,)),
-}
+WINDOW_FIELDS = KDA.window_fields()  # KDA's window (each family's: family.py)
 Q0_FIELD = (torch.float32, (V, R))
 # the decode step's per-program inputs beside the checkpoint and window (NVlabs/kda request
 # conless-leapquant-kda-step): fill count, this token's q / k / v, gate and beta pre-activations
@@ -39,9 +34,9 @@ TOKEN_FIELDS: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {
 
 
 def mixed_width(heads: int = H) -> int:
-    """Elements of one ``step_inplace`` row ``mixed`` for ``heads`` heads: q for every head, then
-    k, then v."""
-    return 2 * heads * K + heads * V
+    """Elements of one KDA ``step_inplace`` row ``mixed`` for ``heads`` heads: q for every head,
+    then k, then v (``family.Family.mixed_width``)."""
+    return KDA.mixed_width(heads)
 
 
 MIXED_WIDTH = mixed_width(H)

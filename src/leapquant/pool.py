@@ -12,7 +12,8 @@ Layouts (``geometry.LAYOUTS``):
   head) region at word ``POOL_OFFSET_WORDS + slot * (heads + 1) * V * K + head * V * K``, the
   checkpoint in its first 19,456 bytes as above; byte-compatible with the request's harness.
 
-The window lives in dense tensors beside ``raw`` in both. Source: LeapQuant (arXiv 2609.38166);
+The window lives in dense tensors beside ``raw`` in both, the family's (``family.py``: KDA's
+``kbuf, ubuf, gbuf, w, pcum``, GDN's ``kbuf, ubuf, w, p``). Source: LeapQuant (arXiv 2609.38166);
 NVlabs/kda requests conless-leapquant-kda-flush and conless-leapquant-kda-step.
 """
 
@@ -23,38 +24,39 @@ import operator
 
 import torch
 
+from .family import KDA, Family
 from .geometry import (
-    CODES_BYTES, ERROR_KINDS, H, HEAD_COUNTS, HEAD_WORDS, K, L, LAYOUTS, POOL_OFFSET_WORDS, R, REGION_WORDS, SK_BYTES, SV_BYTES, UQ_BYTES, V,
+    CODES_BYTES, ERROR_KINDS, H, HEAD_WORDS, K, LAYOUTS, POOL_OFFSET_WORDS, R, REGION_WORDS, SK_BYTES, SV_BYTES, UQ_BYTES, V,
 )
 
-STATE_NAMES = ("raw", "kbuf", "ubuf", "gbuf", "w", "pcum", "hcnt")  # the tensors a pool's state is
+
+def state_names(family: Family = KDA) -> tuple[str, ...]:
+    """The tensors a pool's state is: ``raw``, the family's window, ``hcnt``."""
+    return ("raw", *family.window, "hcnt")
 
 
-def state_specs(num_slots: int, heads: int = H, layout: str = "packed") -> dict:
-    """What a pool of ``num_slots`` slots and ``heads`` heads holds: ``{name: (dtype, shape,
-    initial value)}`` for ``STATE_NAMES``, the tensors ``Pool.from_tensors`` takes (an engine
-    allocates them from its own memory with these dtypes and shapes). Raises ValueError for an
-    unknown layout or a head count outside ``HEAD_COUNTS``."""
-    _check_heads(heads)
+STATE_NAMES = state_names(KDA)  # a KDA pool's
+
+
+def state_specs(num_slots: int, heads: int = H, layout: str = "packed", family: Family = KDA) -> dict:
+    """What a pool of ``num_slots`` slots and ``heads`` heads of ``family`` holds: ``{name: (dtype,
+    shape, initial value)}`` for ``state_names(family)``, the tensors ``Pool.from_tensors`` takes
+    (an engine allocates them from its own memory with these dtypes and shapes). Raises
+    ValueError for an unknown layout or a head count outside ``family.head_counts()``."""
+    _check_heads(heads, family)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     NS = num_slots
     raw = (NS, heads, REGION_WORDS) if layout == "packed" else (NS * (heads + 1) * HEAD_WORDS + POOL_OFFSET_WORDS,)
-    return {
-        "raw": (torch.float32, raw, 0),
-        "kbuf": (torch.bfloat16, (NS, heads, L, K), 0),
-        "ubuf": (torch.bfloat16, (NS, heads, L, V), 0),
-        "gbuf": (torch.float16, (NS, heads, L, K), 1),
-        "w": (torch.float32, (NS, heads, L), 0),
-        "pcum": (torch.float32, (NS, heads, K), 0),
-        "hcnt": (torch.int32, (NS, heads), 0),
-    }
+    window = {n: (dt, (NS, heads, *shape), init) for n, (dt, shape, init) in family.window.items()}
+    return {"raw": (torch.float32, raw, 0), **window, "hcnt": (torch.int32, (NS, heads), 0)}
 
 
-def slot_nbytes(heads: int = H, layout: str = "packed") -> int:
+def slot_nbytes(heads: int = H, layout: str = "packed", family: Family = KDA) -> int:
     """Bytes one slot of a pool costs: its share of every state tensor and of the flush's
-    scratch (4 bytes a program). 1,034,496 at 32 heads, packed (an fp32 state: 2,097,152)."""
-    specs = state_specs(1, heads, layout)
+    scratch (4 bytes a program). KDA: 1,034,496 at 32 heads, packed; GDN: 887,168 (an fp32
+    state: 2,097,152)."""
+    specs = state_specs(1, heads, layout, family)
     state = sum(torch.empty((), dtype=dt).element_size() * math.prod(shape) for dt, shape, _ in specs.values())
     fixed = 4 * POOL_OFFSET_WORDS if layout == "request" else 0  # the request layout's offset, not a slot's
     return state - fixed + 4 * heads
@@ -62,7 +64,8 @@ def slot_nbytes(heads: int = H, layout: str = "packed") -> int:
 
 class Pool:
     """The recurrent states of ``num_slots`` sequence slots, each ``heads`` programs stored as
-    LeapQuant checkpoints plus their windows.
+    LeapQuant checkpoints plus their windows; a KDA pool (``leapquant.gdn.Pool`` is GDN's: the
+    class attribute ``family``).
 
     Args:
         num_slots: slots, slot 0 included (reserved: never flushed; steps and writes on it are
@@ -89,7 +92,7 @@ class Pool:
         ``write_state`` stored); nothing resets it but the caller (``errors.zero_()``).
         nbytes: bytes of every tensor the pool holds (state and scratch).
         kernel, step_kernel: the flush and step kernels this pool runs ("gluon" or "triton"; None
-        on CPU), and kernel_reason, why (``leapquant.kda.kernel.decide``).
+        on CPU), and kernel_reason, why (``leapquant.kernel.decide``).
 
     On CUDA the kernels are chosen, compiled and run once on nothing due when the pool is built,
     so that no later call compiles; where the Gluon kernels are not verified on this triton
@@ -101,22 +104,26 @@ class Pool:
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
     """
 
+    family: Family = KDA
+
     def __init__(self, num_slots: int, device="cuda", heads: int = H, layout: str = "packed",
                  flush_ctas_per_sm: int | None = None):
         num_slots = _check_count("num_slots", num_slots)
         if num_slots < 2:
             raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
         heads = _check_count("heads", heads)
-        specs = state_specs(num_slots, heads, layout)
+        specs = state_specs(num_slots, heads, layout, self.family)
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device is cuda, but CUDA is not available: pass device='cpu'")
         tensors = {n: torch.full(shape, init, dtype=dt, device=device) for n, (dt, shape, init) in specs.items()}
         self._bind(tensors, layout, flush_ctas_per_sm)
 
     @classmethod
-    def from_tensors(cls, raw, kbuf, ubuf, gbuf, w, pcum, hcnt, flush_ctas_per_sm: int | None = None) -> "Pool":
-        """A packed-layout pool on tensors the caller owns (an engine's state cache), checked once
-        here against ``state_specs(num_slots, heads)``: dtypes, shapes, one CUDA or CPU device,
+    def from_tensors(cls, raw, *window_and_hcnt, flush_ctas_per_sm: int | None = None, **by_name) -> "Pool":
+        """A packed-layout pool on tensors the caller owns (an engine's state cache): ``raw``, the
+        family's window (KDA: ``kbuf, ubuf, gbuf, w, pcum``; GDN: ``kbuf, ubuf, w, p``) and
+        ``hcnt``, in ``state_names`` order, checked once here against ``state_specs(num_slots,
+        heads, family=cls.family)``, positional or by name: dtypes, shapes, one CUDA or CPU device,
         contiguous, ``raw`` 128-byte aligned on CUDA (16 on CPU). ``num_slots`` and ``heads`` are read off
         ``hcnt`` ``[NS, NH]``. The contents are the caller's (``write_state`` a slot before its
         first step); the pool writes only what its calls write. Scratch of its own (the flush's
@@ -125,7 +132,12 @@ class Pool:
         Raises TypeError for a non-tensor or a wrong dtype, ValueError for a wrong shape, a
         head count outside ``HEAD_COUNTS``, mixed devices, a non-contiguous or misaligned
         tensor, fewer than 2 slots."""
-        given = dict(raw=raw, kbuf=kbuf, ubuf=ubuf, gbuf=gbuf, w=w, pcum=pcum, hcnt=hcnt)
+        names = state_names(cls.family)
+        given = dict(zip(names, (raw, *window_and_hcnt)), **by_name)  # positional in names' order, or by name
+        if sorted(given) != sorted(names) or len(window_and_hcnt) + len(by_name) != len(names) - 1:
+            raise TypeError(f"from_tensors takes {', '.join(names)} (positional or by name); got "
+                            f"{1 + len(window_and_hcnt)} positional and {sorted(by_name)}")
+        hcnt = given["hcnt"]
         for name, t in given.items():
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -134,7 +146,7 @@ class Pool:
         num_slots, heads = hcnt.shape
         if num_slots < 2:
             raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
-        for name, (dtype, shape, _) in state_specs(num_slots, heads).items():
+        for name, (dtype, shape, _) in state_specs(num_slots, heads, family=cls.family).items():
             check_spec(name, given[name], dtype, shape, hcnt.device, "hcnt")
         align = 128 if raw.is_cuda else 16  # (CPU allocations are 64-byte aligned; the interpreter copies 16 bytes)
         if raw.data_ptr() % align:
@@ -144,7 +156,7 @@ class Pool:
         return pool
 
     def _bind(self, tensors: dict, layout: str, flush_ctas_per_sm: int | None):
-        for name in STATE_NAMES:
+        for name in state_names(self.family):
             setattr(self, name, tensors[name])
         self.layout = layout
         self.flush_ctas_per_sm = flush_ctas_per_sm
@@ -168,7 +180,7 @@ class Pool:
     @property
     def nbytes(self) -> int:
         """Bytes of every tensor this pool holds: its state (``STATE_NAMES``) and scratch."""
-        own = [getattr(self, n) for n in STATE_NAMES] + [self.errors] + ([self.picks] if self.picks is not None else [])
+        own = [getattr(self, n) for n in state_names(self.family)] + [self.errors] + ([self.picks] if self.picks is not None else [])
         return sum(t.numel() * t.element_size() for t in own)
 
     @property
@@ -178,8 +190,14 @@ class Pool:
 
     @property
     def window(self):
-        """``(kbuf, ubuf, gbuf, w, pcum)``, ``[NS, NH, ...]``."""
-        return self.kbuf, self.ubuf, self.gbuf, self.w, self.pcum
+        """The family's window tensors, ``[NS, NH, ...]`` (KDA: ``(kbuf, ubuf, gbuf, w, pcum)``;
+        GDN: ``(kbuf, ubuf, w, p)``)."""
+        return tuple(getattr(self, n) for n in self.family.window)
+
+    @property
+    def kernel_window(self):
+        """The window as the kernels take it (``family.Family.kernel_window``)."""
+        return self.family.kernel_window(self.window)
 
     def error_counts(self) -> dict:
         """``{kind: count}`` of ``errors`` (``ERROR_KINDS``); reads the device counter (a host
@@ -217,11 +235,13 @@ class Pool:
         # the flush once per flag-scan tile a call may use, so that no later call compiles (the
         # interpreter compiles nothing: one launch)
         for slots in warm_up_slots(self.kernel, self.heads) if dev.type == "cuda" else [1]:
-            launch_flush(self.checkpoint, self.checkpoint, self.window, q0, idx=idx.new_zeros(slots),
+            launch_flush(self.checkpoint, self.checkpoint, self.kernel_window, q0, idx=idx.new_zeros(slots),
                          hcnt=self.hcnt, picks=self.picks, kernel=self.kernel, ctas_per_sm=self.flush_ctas_per_sm)
-        launch_step(self.checkpoint, self.window, self.hcnt, empty_token(1, self.heads, dev), torch.zeros(self.heads, device=dev),
-                    torch.zeros(self.heads, K, device=dev), torch.empty(1, self.heads, V, dtype=torch.bfloat16, device=dev),
-                    idx=idx, errors=self.errors, guard_full=self.layout == "packed", kernel=self.step_kernel)
+        fam = self.family
+        launch_step(self.checkpoint, self.kernel_window, self.hcnt, empty_token(1, self.heads, dev, fam),
+                    torch.zeros(self.heads, device=dev), torch.zeros(self.heads, *fam.gate_inputs["dt_bias"], device=dev),
+                    torch.empty(1, self.heads, V, dtype=torch.bfloat16, device=dev), idx=idx, errors=self.errors,
+                    guard_full=self.layout == "packed", key_group=fam.key_group, kernel=self.step_kernel)
         if dev.type == "cuda":  # (the interpreted tests run this on a CPU pool)
             torch.cuda.synchronize(dev)
 
@@ -249,18 +269,18 @@ def checkpoint_views(raw: torch.Tensor, num_slots: int, heads: int, layout: str)
             view(torch.float32, (NS, NH, V), (1,), SV_BYTES), view(torch.float16, (NS, NH, R, K + V), (K + V, 1), UQ_BYTES))
 
 
-def empty_token(n: int, heads: int, device) -> tuple:
+def empty_token(n: int, heads: int, device, family: Family = KDA) -> tuple:
     """``(qx, kx, vx, a, b)`` of ``n`` zero rows: the views of one ``mixed`` row a step takes."""
-    from .format import mixed_width
-
-    mixed = torch.zeros(n, mixed_width(heads), dtype=torch.bfloat16, device=device)
-    return (*split_mixed(mixed, heads), torch.zeros(n, heads, K, dtype=torch.bfloat16, device=device),
+    mixed = torch.zeros(n, family.mixed_width(heads), dtype=torch.bfloat16, device=device)
+    return (*split_mixed(mixed, heads, family), torch.zeros(n, heads, *family.gate_inputs["a"], dtype=torch.bfloat16,
+                                                            device=device),
             torch.zeros(n, heads, dtype=torch.bfloat16, device=device))
 
 
-def split_mixed(mixed: torch.Tensor, heads: int) -> tuple:
-    """``(qx, kx, vx)``: the views of ``mixed`` ``[N, 2 heads K + heads V]`` rows ``(q | k | v)``."""
-    hk = heads * K
+def split_mixed(mixed: torch.Tensor, heads: int, family: Family = KDA) -> tuple:
+    """``(qx, kx, vx)``: the views of ``mixed`` ``[N, family.mixed_width(heads)]`` rows ``(q | k |
+    v)``, q and k of each key head (``family.key_heads(heads)``), v of each head."""
+    hk = family.key_heads(heads) * K
     return mixed[:, :hk], mixed[:, hk : 2 * hk], mixed[:, 2 * hk :]
 
 
@@ -280,9 +300,9 @@ def _check_count(name: str, value) -> int:
     return operator.index(value)
 
 
-def _check_heads(heads: int) -> None:
-    if heads not in HEAD_COUNTS:
-        raise ValueError(f"heads must be one of {HEAD_COUNTS}, got {heads}")
+def _check_heads(heads: int, family: Family = KDA) -> None:
+    if heads not in family.head_counts():
+        raise ValueError(f"heads must be one of {family.head_counts()} ({family.name.upper()}), got {heads}")
 
 
 def check_call(pool, idx, name: str = "idx") -> None:

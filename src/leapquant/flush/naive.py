@@ -190,3 +190,33 @@ def _flush(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, q0, robust: bool):
     with _full_fp32_matmul(), torch.no_grad():
         S = rebuild(codes, s_k, s_v, u, q, kbuf, ubuf, gbuf, w, pcum, torch.float32)
         return quantize(S, q0, robust)
+
+
+# --- the scalar gate (Gated DeltaNet): the same flush after its own rebuild ----------------------
+
+
+def rebuild_scalar(codes, s_k, s_v, u, q, kbuf, ubuf, w, p, dtype: torch.dtype = torch.float32):
+    """State at the end of a scalar-gate (GDN) window: ``S = p decode(checkpoint) + sum_j w[j]
+    ubuf[j][:, None] kbuf[j][None, :]`` (the step has already decayed the weights ``w``; ``p``
+    ``[...]`` is the gate product since the checkpoint), every intermediate in ``dtype``. Returns
+    ``[..., V, K]``. Source: NVlabs/kda request conless-leapquant-gdn-flush."""
+    old = decode(codes, s_k, s_v, u, q, dtype) * p.to(dtype)[..., None, None]
+    values = w.to(dtype).unsqueeze(-1) * ubuf.to(dtype)
+    return old + torch.einsum("...jv,...jk->...vk", values, kbuf.to(dtype))
+
+
+def scalar_reference(codes, s_k, s_v, u, q, kbuf, ubuf, w, p, q0):
+    """The GDN flush in fp32 PyTorch: ``rebuild_scalar``, then the same re-quantization as KDA's
+    (``quantize``). Arguments as ``reference`` with the scalar gate's window: kbuf bf16 ``[..., L,
+    K]``, ubuf bf16 ``[..., L, V]``, w fp32 ``[..., L]`` (already decayed), p fp32 ``[...]`` in
+    (0, 1]. Returns ``(codes, s_k, s_v, u, q)``, new tensors. Raises nothing of its own.
+    Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-gdn-flush."""
+    with _full_fp32_matmul(), torch.no_grad():
+        return quantize(rebuild_scalar(codes, s_k, s_v, u, q, kbuf, ubuf, w, p, torch.float32), q0, robust=False)
+
+
+def scalar_flush_cpu(codes, s_k, s_v, u, q, kbuf, ubuf, w, p, q0):
+    """``scalar_reference`` with the kernels' departures (``quantize(robust=True)``, as
+    ``flush_cpu``): the GDN flush on CPU tensors."""
+    with _full_fp32_matmul(), torch.no_grad():
+        return quantize(rebuild_scalar(codes, s_k, s_v, u, q, kbuf, ubuf, w, p, torch.float32), q0, robust=True)

@@ -78,6 +78,8 @@ def _step_kernel(
     NH: tl.constexpr, NV: tl.constexpr, NK: tl.constexpr, NL: tl.constexpr, NR: tl.constexpr,
     QM: tl.constexpr, NORM_EPS: tl.constexpr, SCALE: tl.constexpr, SP_THRESHOLD: tl.constexpr,
     BETA_SMALL: tl.constexpr, MAGIC: tl.constexpr, MAGIC_BITS: tl.constexpr,
+    SCALAR_GATE: tl.constexpr,  # the scalar gate (GDN): gbuf, g_row None; pcum / pcum_new hold p
+    KEY_GROUP: tl.constexpr,  # heads one key head's q and k serve (GQA; 1: none shared)
 ):
     tl.static_assert(NK == NV)  # write_entry's one [N] offset serves both sides
     c = tl.program_id(0)
@@ -117,19 +119,23 @@ def _step_kernel(
     uu = tl.load(u + slot * U_SLOT + head * U_HEAD + r[:, None] * U_ROW + k[None, :])  # [R, K] fp16
     qq = tl.load(q + slot * Q_SLOT + head * Q_HEAD + r[:, None] * Q_ROW + v[None, :])  # [R, V] fp16
     keys = tl.load(kbuf + kwin + j[:, None] * NK + k[None, :], mask=live[:, None], other=0.0)  # [L, K] bf16
-    g_after = tl.load(gbuf + kwin + (j[:, None] + 1) * NK + k[None, :], mask=(j[:, None] + 1) < h, other=1.0)
+    if not SCALAR_GATE:
+        g_after = tl.load(gbuf + kwin + (j[:, None] + 1) * NK + k[None, :], mask=(j[:, None] + 1) < h, other=1.0)
     vals = tl.load(ubuf + vwin + j[:, None] * NV + v[None, :], mask=live[:, None], other=0.0)  # [L, V] bf16
     w_all = tl.load(w + prog * NL + j)
     vt = tl.load(vx + tok * v_row + head * NV + v).to(tl.float32)
     kn, qn, kq, g, en, beta, pcum_n, pc, f, _, _ = token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_kr, tok, qk_row,
                                                               head, prog, k, NH, NK, NORM_EPS, SCALE, SP_THRESHOLD,
-                                                              BETA_SMALL, QM)
+                                                              BETA_SMALL, QM, SCALAR_GATE, KEY_GROUP)
 
     # the key side: the window's projections w_j (kbuf_j * D_j) . x [L] and the tokens' (U' x) [R]
     # for x = kn and qn, fp32 on the CUDA cores (naive.step_products)
     wl = tl.where(live, w_all, 0.0)
     # no select on the keys or values: their rows at or past h are not loaded (other=0)
-    kd = keys.to(tl.float32) * entry_decay(g_after, en, h, j) * wl[:, None]
+    if SCALAR_GATE:  # the decays are the gate itself
+        kd = keys.to(tl.float32) * (wl * en)[:, None]
+    else:
+        kd = keys.to(tl.float32) * entry_decay(g_after, en, h, j) * wl[:, None]
     pk = tl.sum(kd * kn[None, :], axis=1)
     pq = tl.sum(kd * qn[None, :], axis=1)
     up = uu.to(tl.float32) * pc[None, :]
@@ -150,10 +156,11 @@ def _step_kernel(
     if IN_PLACE:
         tl.debug_barrier()  # every thread has read the window, pcum and the fill count
     write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, k, j,
-                kn, u_new, en, pcum_n, w_all, full, errors, IN_PLACE, NK, NV, NL)
+                kn, u_new, en, pcum_n, w_all, full, errors, IN_PLACE, NK, NV, NL, SCALAR_GATE)
 
 
-def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None, guard_full=False):
+def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None, guard_full=False,
+                key_group=1):
     """Launch the decode step kernel on the tensors' device (CUDA, or CPU under
     ``TRITON_INTERPRET=1``); no host synchronisation, no allocation.
 
@@ -181,5 +188,5 @@ def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None
         return None
     with torch.cuda.device(o.device) if o.is_cuda else contextlib.nullcontext():
         return _step_kernel[(n_rows * o.shape[1],)](
-            **step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx, errors, guard_full),
+            **step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx, errors, guard_full, key_group),
             num_warps=NUM_WARPS, num_stages=1)
