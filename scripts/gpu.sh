@@ -2,10 +2,11 @@
 # The one GPU run (an H100 or H200): `python -m leapquant.bench` (accuracy at every batch size; the
 # flush, the step, the two pool layouts, the engine loop against fla) on a quiet GPU first, then
 # the decode loop against fla over 16 windows, then the GPU tests. Logs and JSON under $OUT (./out when unset): one
-# text log gpu.log, bench.json, decode_loop.json; a short table last.
+# text log gpu.log, bench.json, decode_loop_<family>.json; a short table last.
 #   [TEST_S=seconds, 0: no tests] [TESTS="pytest args"] [BENCH_S=seconds, 0: no bench]
 #   [SECTIONS=flush,step,layouts,engine] [SIZES=16,32,64,128,256,512] [LOOP_S=seconds, 0: no loop]
 #   [FLUSH_CTAS=2,1: the engine loop at each flush grid] [STREAMS=1,2,4: and each count of side streams]
+#   [FAMILIES=kda,gdn: the engine loop and the decode loop of each model family]
 #   [REQUESTS="kda-flush kda-step": each request's own checks and timings (scripts/request_bench.py)
 #    on copies of the NVlabs/kda request folders in .requests/conless-leapquant-NAME (carry .requests)]
 #   bash scripts/gpu.sh [--portable] [--ncu] [--ncu-step] [--help]
@@ -38,14 +39,17 @@ for opt in "$@"; do
   esac
 done
 if [ "${LOOP_S:-150}" != 0 ]; then
-  echo "===== decode loop against fla" >> "$log"
-  timeout "${LOOP_S:-150}" python3 -m leapquant.eval.step_loop --tokens 256 --sequences 8 --json "$OUT/decode_loop.json" >> "$log" 2>&1
-  echo "decode loop vs fla: exit $?, worst window $(python3 -c "import json; r=json.load(open('$OUT/decode_loop.json')); print(f\"{max(r['window_rel']):.3e} over {len(r['window_rel'])} windows\")" 2>/dev/null)"
+  for fam in $(echo "${FAMILIES:-kda}" | tr , ' '); do
+    echo "===== decode loop against fla, $fam" >> "$log"
+    timeout "${LOOP_S:-150}" python3 -m leapquant.eval.step_loop --family "$fam" --tokens 256 --sequences 8 \
+      --json "$OUT/decode_loop_$fam.json" >> "$log" 2>&1
+    echo "decode loop vs fla, $fam: exit $?, worst window $(python3 -c "import json; r=json.load(open('$OUT/decode_loop_$fam.json')); print(f\"{max(r['window_rel']):.3e} over {len(r['window_rel'])} windows\")" 2>/dev/null)"
+  done
 fi
 if [ "${BENCH_S:-300}" != 0 ]; then
   echo "===== bench" >> "$log"
   timeout "${BENCH_S:-300}" python3 -m leapquant.bench --sections "${SECTIONS:-flush,step,layouts,engine}" $sizes \
-    ${FLUSH_CTAS:+--engine-flush-ctas $FLUSH_CTAS} ${STREAMS:+--engine-streams $STREAMS} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+    ${FLUSH_CTAS:+--engine-flush-ctas $FLUSH_CTAS} ${STREAMS:+--engine-streams $STREAMS} ${FAMILIES:+--families $FAMILIES} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
   echo "bench: exit $?"; cat "$OUT/bench.log" >> "$log"
   grep -v "^  .* done" "$OUT/bench.log" | sed -n '/^\(flush, every program due\|decode step\|layouts\|engine loop\)/,$p' 
   rm "$OUT/bench.log"

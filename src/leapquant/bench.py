@@ -33,6 +33,7 @@ from .eval.flush_criterion import FORMS
 from .kda import L, Pool, flush_inplace, reference, slot_nbytes, step, step_inplace
 from .format import MIXED_WIDTH
 from .geometry import FLOOR_BYTES_PER_PROGRAM, STEP_FLOOR_BYTES_PER_PROGRAM, H, K, V
+from .family import FAMILIES
 from .kernel import FORCE_VARIABLE, KERNELS
 from .eval.report import (CPU_PATH_NOTE, accuracy_case, check_output, environment, fmt, parse_sizes,
                      pick_device, run_report, table)
@@ -236,6 +237,8 @@ def main(argv=None) -> int:
                     help="engine section: the pools' flush CTAs an SM to compare (e.g. 2,1; default: the kernel's own)")
     ap.add_argument("--engine-streams", type=parse_sizes, default=None,
                     help="engine section: the Overlap scope's side streams to compare (e.g. 1,2,4; default: its own)")
+    ap.add_argument("--families", default="kda",
+                    help="engine section: the model families' layers to run, comma list of kda, gdn (default kda)")
     ap.add_argument("--skip-timing", action="store_true", help="accuracy only")
     ap.add_argument("--json", default=None, help="write every figure to this JSON file ('-': standard output, "
                     "the tables then go to standard error)")
@@ -246,6 +249,9 @@ def main(argv=None) -> int:
     args.sections = [x.strip() for x in args.sections.split(",") if x.strip()]
     if not set(args.sections) <= set(SECTIONS):
         ap.error(f"--sections: expected a comma list of {', '.join(SECTIONS)}, got {args.sections}")
+    args.families = [x.strip() for x in args.families.split(",") if x.strip()]
+    if not set(args.families) <= set(FAMILIES) or not args.families:
+        ap.error(f"--families: expected a comma list of {', '.join(FAMILIES)}, got {args.families}")
     check_output(ap, "--json", args.json)
     if args.kernel:
         os.environ[FORCE_VARIABLE] = args.kernel
@@ -292,7 +298,7 @@ def _report(args, device) -> tuple[int, dict]:
     if timing and "layouts" in args.sections:
         done(*_layouts_section(args.layout_sizes, device))
     if timing and "engine" in args.sections:
-        done(*_engine_section(sizes, device, bandwidth, args.engine_flush_ctas, args.engine_streams))
+        done(*_engine_section(sizes, device, bandwidth, args.engine_flush_ctas, args.engine_streams, args.families))
     return (0 if all_ok else 1), payload
 
 
@@ -408,37 +414,42 @@ def _layouts_section(sizes, device) -> tuple[dict, str]:
     return {"layouts": rows}, text
 
 
-def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None) -> tuple[dict, str]:
-    """The engine loop (``eval/engine_loop.py``) at every batch size, for each flush grid of
-    ``flush_ctas`` (CTAs an SM; None: the kernel's own) and each count of side ``streams``."""
+def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, families=("kda",)) -> tuple[dict, str]:
+    """The engine loop (``eval/engine_loop.py``) of each family at every batch size, for each
+    flush grid of ``flush_ctas`` (CTAs an SM; None: the kernel's own) and each count of side
+    ``streams``."""
     from .eval import engine_loop
 
     rows = []
-    for B in sizes:
-        for ctas in flush_ctas or [None]:
-            for n in streams or [None]:
-                rows.append({**engine_loop.run(B, device, bandwidth, streams=n, flush_ctas_per_sm=ctas),
-                             "flush_ctas_per_sm": ctas})
-        print(f"  engine loop B={B} done", flush=True)
+    for name in families:
+        for B in sizes:
+            for ctas in flush_ctas or [None]:
+                for n in streams or [None]:
+                    rows.append({**engine_loop.run(B, device, bandwidth, streams=n, flush_ctas_per_sm=ctas,
+                                                   family=FAMILIES[name]), "flush_ctas_per_sm": ctas})
+            print(f"  engine loop {name} B={B} done", flush=True)
     out, out_mm = [], []
     for r in rows:
         ms, floor = r["ms"], r["floor_ms"]
         fla = ms.get("fla")
-        out.append([r["batch_size"], fmt(r["flush_ctas_per_sm"], "d"), r["flush_streams"], f"{floor:.4f}", f"{ms['serial']:.4f}", f"{ms['serial'] / floor:.2f}",
+        head = [r["family"], r["batch_size"], fmt(r["flush_ctas_per_sm"], "d"), r["flush_streams"]]
+        out.append([*head, f"{floor:.4f}", f"{ms['serial']:.4f}", f"{ms['serial'] / floor:.2f}",
                     f"{ms['overlap']:.4f}", f"{ms['overlap'] / floor:.2f}", f"{ms['step']:.4f}", fmt(fla),
                     fmt(fla and fla / ms["overlap"], ".2f")])
         added = ms["overlap+matmul"] - ms["step+matmul"]
-        out_mm.append([r["batch_size"], fmt(r["flush_ctas_per_sm"], "d"), r["flush_streams"], f"{r['matmul_ms']:.4f}", f"{ms['step+matmul']:.4f}",
+        out_mm.append([*head, f"{r['matmul_ms']:.4f}", f"{ms['step+matmul']:.4f}",
                        f"{ms['overlap+matmul']:.4f}", f"{ms['serial+matmul']:.4f}", f"{added:.4f}",
                        f"{r['flush_bytes_ms'] + 0.02 * ms['overlap+matmul']:.4f}", fmt(ms.get("fla+matmul"))])
+    floors = "; ".join(f"{n}: ({FAMILIES[n].step_floor_bytes:,} + {FAMILIES[n].flush_floor_bytes:,} / 16) B"
+                       for n in families)
     text = (f"engine loop: {engine_loop.LAYERS} layers, one token in one CUDA graph, ms per token and layer "
-            "(median replay); floor = (34,894 + 56,448 / 16) B a program at the copy bandwidth\n"
-            + table(["B", "flush CTAs/SM", "streams", "floor", "serial", "x floor", "overlap", "x floor", "step only",
-                     "fla fp32", "fla / overlap"], out)
+            f"(median replay); floor a program at the copy bandwidth, {floors}\n"
+            + table(["family", "B", "flush CTAs/SM", "streams", "floor", "serial", "x floor", "overlap", "x floor",
+                     "step only", "fla fp32", "fla / overlap"], out)
             + "\n\nwith a bf16 matmul a layer ([B, 2304] x [2304, 24576]): ms per token and layer; flushes add = "
               "overlap - step only, allowed = their bytes' time + 2% of the token\n"
-            + table(["B", "flush CTAs/SM", "streams", "matmul", "step only", "overlap", "serial", "flushes add",
-                     "allowed", "fla fp32"], out_mm))
+            + table(["family", "B", "flush CTAs/SM", "streams", "matmul", "step only", "overlap", "serial",
+                     "flushes add", "allowed", "fla fp32"], out_mm))
     return {"engine_loop": rows}, text
 
 

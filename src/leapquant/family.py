@@ -18,11 +18,12 @@ and conless-leapquant-gdn-{flush,step}.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-from .geometry import HEAD_COUNTS, K, L, V
+from .geometry import HEAD_COUNTS, K, L, REGION_BYTES, V
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,28 @@ class Family:
     def head_counts(self) -> tuple[int, ...]:
         """Heads a pool of this family may hold (tensor parallelism splits whole key groups)."""
         return tuple(n for n in HEAD_COUNTS if n % self.key_group == 0)
+
+    def _bytes(self, names) -> int:
+        # bytes one program's window tensors ``names`` hold
+        return sum(torch.empty((), dtype=dt).element_size() * math.prod(shape)
+                   for n, (dt, shape, _) in self.window.items() if n in names)
+
+    @property
+    def flush_floor_bytes(self) -> int:
+        """Bytes one flushed program moves at least: the checkpoint read and written, the window
+        read, its weights and gate reset (KDA: 56,448; GDN: 47,240 = the GDN request's 46.1 KB)."""
+        return 2 * REGION_BYTES + self._bytes(self.window) + self._bytes(set(self.window) - {"kbuf", "ubuf"})
+
+    @property
+    def step_floor_bytes(self) -> int:
+        """Bytes one decode-step program moves at least (the step requests' count: every window
+        row): read the checkpoint, the window, q, k, v, ``a``, ``b`` and the fill count; write
+        o, the appended k and u rows, the gate's words (KDA: the gbuf row, pcum, one w word; GDN:
+        the decayed w row and p) and the fill count. KDA: 34,894; GDN: 29,332."""
+        a = 2 * math.prod(self.gate_inputs["a"])
+        gate_out = (2 * K + self._bytes({"pcum"}) + 4) if not self.scalar_gate else self._bytes({"w", "p"})
+        read = REGION_BYTES + self._bytes(self.window) + 2 * (2 * K + V) + a + 2 + 4
+        return read + 2 * V + 2 * K + 2 * V + gate_out + 4
 
     def window_fields(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
         """``{name: (dtype, trailing shape)}`` of the window, as ``format.check_batch`` takes."""

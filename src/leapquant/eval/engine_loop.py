@@ -1,17 +1,21 @@
 """The engine loop: what a serving engine runs per decode token, timed as it runs it.
 
-Per token, every one of ``LAYERS`` KDA layers runs its state work (``decode_inplace``: the decode
+Per token, every one of ``LAYERS`` layers of one family (KDA, or GDN: ``leapquant.family``) runs its state work (``decode_inplace``: the decode
 step, and the flush of the windows it fills) on a ``Pool`` of its own (each layer's states
 L2-cold when its turn comes, as in a model), the windows staggered so that 1 in 16 sequences
 reaches a window boundary every token (sequence i starts at fill count i mod 16). One token of
 all layers is captured in one CUDA graph and replayed; each replay is timed alone (CUDA events)
 and is the next token of the same sequences. Reported per token and layer, against
 
-- the floor: the step's 34,894 B plus the flush's 56,448 B / 16 a program, at the copy bandwidth
+- the floor: the step's bytes plus the flush's / 16 a program (KDA: 34,894 + 56,448 / 16; GDN:
+  29,332 + 47,240 / 16; ``Family.step_floor_bytes``, ``flush_floor_bytes``), at the copy bandwidth
   measured in the same run;
 - flash-linear-attention's ``fused_recurrent_kda_fwd`` on an fp32 state pool in place
   (``ssm_state_indices``, the gate and beta activations and the l2 norms in the kernel: the path
-  vLLM runs), 2,097,152 B of state a slot.
+  vLLM runs), 2,097,152 B of state a slot. For GDN the same kernel with its key heads shared
+  (GQA) and the scalar gate given on every key channel (``a`` and ``dt_bias`` broadcast): it
+  moves exactly GDN's fp32 state (fla 0.6.0's ``fused_recurrent_gated_delta_rule`` returns a new
+  state instead of updating a pool in place).
 
 Variants: ``serial`` (step, then flush, one stream), ``overlap`` (an ``Overlap`` scope: each
 flush on a side stream beside the next layers), ``step`` (no flush: the fill counts restored
@@ -28,8 +32,9 @@ import statistics
 
 import torch
 
-from ..kda import H, K, L, R, V, Pool, step_inplace
-from ..geometry import FLOOR_BYTES_PER_PROGRAM, STEP_FLOOR_BYTES_PER_PROGRAM
+from .. import gdn, kda
+from ..family import KDA, Family
+from ..geometry import H, K, L, R, V
 from ..layer import Overlap, decode_inplace
 from . import step_inputs
 
@@ -37,8 +42,14 @@ LAYERS = 8
 REPLAYS = 32
 WARM_TOKENS = 3  # eager tokens before the capture (compiles nothing: the pools did; fills caches of fla)
 HIDDEN, PROJECTION = 2304, 24576  # Kimi-Linear's hidden size; the matmul standing for a layer's other work
-LAYER_FLOOR_BYTES = STEP_FLOOR_BYTES_PER_PROGRAM + FLOOR_BYTES_PER_PROGRAM / L  # a program's bytes a token
 FLA_STATE_BYTES = H * K * V * 4  # a slot of fla's fp32 state
+POOLS = {"kda": kda.Pool, "gdn": gdn.Pool}  # each family's pool
+STEP_INPLACE = {"kda": kda.step_inplace, "gdn": gdn.step_inplace}
+
+
+def layer_floor_bytes(family: Family = KDA) -> float:
+    """A program's bytes a token: the step's and a sixteenth of the flush's."""
+    return family.step_floor_bytes + family.flush_floor_bytes / L
 VARIANTS = ("serial", "overlap", "step", "fla")
 
 
@@ -47,28 +58,35 @@ class Model:
     one token's inputs, and a weight a layer for the matmul."""
 
     def __init__(self, B: int, device, seed: int = 0, layers: int = LAYERS, matmul: bool = True, fla: bool = True,
-                 streams: int | None = None, **pool_kw):
-        self.B, self.device, self.layers = B, torch.device(device), layers
+                 streams: int | None = None, family: Family = KDA, **pool_kw):
+        self.B, self.device, self.layers, self.family = B, torch.device(device), layers, family
         gen = torch.Generator(device=device).manual_seed(seed)
-        self.params = step_inputs.model_params(device)
+        params = step_inputs.model_params(device)
+        if family.scalar_gate:  # one bias a head
+            params["dt_bias"] = params["dt_bias"][:, 0].contiguous()
+        self.params = params
         self.q0 = torch.randn(V, R, generator=gen, device=device)
         self.idx = torch.arange(1, B + 1, dtype=torch.int32, device=device)
         self.pools, self.fills = [], []
         for layer in range(layers):
-            pool = Pool(B + 1, device, **pool_kw)
+            pool = POOLS[family.name](B + 1, device, **pool_kw)
             x = step_inputs.make("random", B, device, seed=seed * 1000 + layer)
             fill = (torch.arange(B, device=device) % L).to(torch.int32)[:, None].expand(B, pool.heads)
             live = torch.arange(L, device=device) < fill[..., None]  # [B, H, L]
             x["w"] = torch.where(live, 1.0, 0.0)
             x["gbuf"] = torch.where(live[..., None], x["gbuf"], torch.ones_like(x["gbuf"]))
-            for view, name in zip(pool.checkpoint + pool.window, step_inputs.STEP_ARGS):
+            x["p"] = torch.exp(x["pcum"].mean(-1)).clamp_min(1e-30)  # GDN's gate product
+            for view, name in zip(pool.checkpoint + pool.window, ("codes", "s_k", "s_v", "u", "q", *family.window)):
                 view[1:] = x[name]
             pool.hcnt[1:] = fill
             self.pools.append(pool)
             self.fills.append(pool.hcnt.clone())
         tok = step_inputs.tokens(B, device, seed + 1)
-        self.mixed = torch.cat([tok["qx"].reshape(B, -1), tok["kx"].reshape(B, -1), tok["vx"].reshape(B, -1)], -1)
-        self.a, self.b = tok["a"], tok["b"]
+        group = family.key_group  # q and k of each key head: the first head of its group
+        qk = [tok[n][:, ::group].reshape(B, -1) for n in ("qx", "kx")]
+        self.mixed = torch.cat([*qk, tok["vx"].reshape(B, -1)], -1)
+        self.a = tok["a"][..., 0].contiguous() if family.scalar_gate else tok["a"]
+        self.b = tok["b"]
         self.o = torch.empty(B, H, V, dtype=torch.bfloat16, device=device)
         self.overlap = Overlap(device, **({"streams": streams} if streams else {}))
         self.hidden = torch.randn(B, HIDDEN, generator=gen, device=device).bfloat16() if matmul else None
@@ -77,9 +95,13 @@ class Model:
         self.projected = torch.empty(B, PROJECTION, dtype=torch.bfloat16, device=device) if matmul else None
         self.fla_states = [torch.randn(B + 1, H, K, V, generator=gen, device=device) * 0.05 for _ in range(layers)] \
             if fla else []
-        hk = H * K  # fla's kernel takes dense [B, T, H, K] q, k and [B, T, H, V] v (made once)
-        self.fla_q, self.fla_k, self.fla_v = (self.mixed[:, i * hk : (i + 1) * hk].reshape(B, 1, H, -1).contiguous()
-                                              for i in range(3))
+        hk = family.key_heads(H) * K  # fla's kernel takes dense [B, T, HK, K] q, k, [B, T, H, V] v (made once)
+        self.fla_q, self.fla_k = (self.mixed[:, i * hk : (i + 1) * hk].reshape(B, 1, -1, K).contiguous() for i in range(2))
+        self.fla_v = self.mixed[:, 2 * hk :].reshape(B, 1, H, V).contiguous()
+        # the gate on every key channel (GDN: its scalar broadcast over K)
+        self.fla_a = (self.a[..., None].expand(B, H, K) if family.scalar_gate else self.a).unsqueeze(1).contiguous()
+        self.fla_dt_bias = (self.params["dt_bias"][:, None].expand(H, K) if family.scalar_gate
+                            else self.params["dt_bias"]).contiguous()
 
     def token(self, variant: str, matmul: bool) -> None:
         """One token of every layer (``VARIANTS``), with or without the matmul a layer."""
@@ -93,7 +115,8 @@ class Model:
                 if variant == "fla":
                     _fla_step(self, layer)
                 elif variant == "step":
-                    step_inplace(pool, self.idx, self.mixed, self.a, self.b, p["A_log"], p["dt_bias"], self.o)
+                    STEP_INPLACE[self.family.name](pool, self.idx, self.mixed, self.a, self.b, p["A_log"], p["dt_bias"],
+                                                   self.o)
                 else:
                     decode_inplace(pool, self.idx, self.mixed, self.a, self.b, p["A_log"], p["dt_bias"], self.o,
                                    self.q0, overlap=self.overlap if variant == "overlap" else None)
@@ -108,8 +131,8 @@ def _fla_step(model: Model, layer: int) -> None:
     from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
 
     p = model.params
-    fused_recurrent_kda_fwd(model.fla_q, model.fla_k, model.fla_v, model.a.unsqueeze(1), model.b.unsqueeze(1),
-                            A_log=p["A_log"], dt_bias=p["dt_bias"], initial_state=model.fla_states[layer],
+    fused_recurrent_kda_fwd(model.fla_q, model.fla_k, model.fla_v, model.fla_a, model.b.unsqueeze(1),
+                            A_log=p["A_log"], dt_bias=model.fla_dt_bias, initial_state=model.fla_states[layer],
                             inplace_final_state=True, ssm_state_indices=model.idx, use_qk_l2norm_in_kernel=True,
                             use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, out=model.o.unsqueeze(1))
 
@@ -153,18 +176,18 @@ def time_tokens(model: Model, variant: str, matmul: bool, replays: int = REPLAYS
 
 
 def run(B: int, device, bandwidth: float, variants=VARIANTS, rounds: int = 2, seed: int = 0, streams: int | None = None,
-        **pool_kw) -> dict:
+        family: Family = KDA, **pool_kw) -> dict:
     """The engine loop at batch ``B``: per variant (``VARIANTS``; ``fla`` where it imports) and
     with / without the matmul, the median over ``rounds`` interleaved rounds of each round's
     median replay (ms per token and layer), the floor (ms) at ``bandwidth`` (bytes/s), the
     pools' bytes a slot. Every round runs the variants in the same order on the same model.
     ``streams``: the ``Overlap`` scope's side streams (None: its default); ``pool_kw`` go to
-    every ``Pool``."""
+    every ``Pool``; ``family``: the layers' (KDA or GDN)."""
     variants = [v for v in variants if v != "fla" or fla_available()]
-    model = Model(B, device, seed=seed, fla="fla" in variants, streams=streams, **pool_kw)
-    res = {"batch_size": B, "layers": model.layers, "replays": REPLAYS,
-           "floor_ms": B * H * LAYER_FLOOR_BYTES / bandwidth * 1e3,
-           "flush_bytes_ms": B * H * FLOOR_BYTES_PER_PROGRAM / L / bandwidth * 1e3,
+    model = Model(B, device, seed=seed, fla="fla" in variants, streams=streams, family=family, **pool_kw)
+    res = {"family": family.name, "batch_size": B, "layers": model.layers, "replays": REPLAYS,
+           "floor_ms": B * H * layer_floor_bytes(family) / bandwidth * 1e3,
+           "flush_bytes_ms": B * H * family.flush_floor_bytes / L / bandwidth * 1e3,
            "slot_bytes": model.pools[0].nbytes / model.pools[0].num_slots, "fla_slot_bytes": FLA_STATE_BYTES,
            "flush_streams": len(model.overlap.sides),
            "rounds": {}}

@@ -27,62 +27,94 @@ import json
 
 import torch
 
+from .. import gdn, kda
+from ..family import KDA, Family
 from ..geometry import H, K, L, R, V
-from ..pool import Pool
-from ..step.naive import gate, normalize_qk
+from ..step.naive import beta_bf16, gate, normalize_qk, scalar_gate
 from . import step_inputs
 from .report import check_output
 
+FAMILY_API = {"kda": kda, "gdn": gdn}  # each family's calls
 
-def token_stream(N: int, T: int, device="cpu", seed: int = 0) -> dict:
-    """``T`` tokens for ``N`` sequences, as the step families draw them: ``qx, kx, a`` bf16
-    ``[T, N, H, K]``, ``vx`` bf16 ``[T, N, H, V]`` (N(0, 1)), ``b`` bf16 ``[T, N, H]`` (2 N(0, 1))."""
+
+def token_stream(N: int, T: int, device="cpu", seed: int = 0, family: Family = KDA) -> dict:
+    """``T`` tokens for ``N`` sequences, as the step families draw them: ``qx, kx`` bf16 ``[T, N,
+    HK, K]`` (``HK = family.key_heads(H)``: GDN's key heads take the rows of the even heads), ``a``
+    bf16 ``[T, N, H, K]`` (GDN: ``[T, N, H]``, the first channel), ``vx`` bf16 ``[T, N, H, V]``
+    (N(0, 1)), ``b`` bf16 ``[T, N, H]`` (2 N(0, 1))."""
     toks = [step_inputs.tokens(N, device, seed * 100003 + t) for t in range(T)]
-    return {n: torch.stack([t[n] for t in toks]) for n in step_inputs.TOKEN_ARGS}
+    out = {n: torch.stack([t[n] for t in toks]) for n in step_inputs.TOKEN_ARGS}
+    out["qx"], out["kx"] = (out[n][:, :, :: family.key_group].contiguous() for n in ("qx", "kx"))
+    if family.scalar_gate:
+        out["a"] = out["a"][..., 0].contiguous()
+    return out
 
 
-def fla_inputs(tok: dict, params: dict) -> dict:
+def model_params(device, family: Family = KDA) -> dict:
+    """The step families' ``A_log`` ``[H]`` and ``dt_bias`` (KDA ``[H, K]``; GDN ``[H]``, the
+    first channel)."""
+    params = step_inputs.model_params(device)
+    if family.scalar_gate:
+        params["dt_bias"] = params["dt_bias"][:, 0].contiguous()
+    return params
+
+
+def fla_inputs(tok: dict, params: dict, family: Family = KDA) -> dict:
     """fla's ``q, k, v, g, beta`` (fp32, ``[N, T, H, ...]``) from a token stream: the step's own
-    normalisation and gate."""
-    qn, kn = normalize_qk(tok["qx"], tok["kx"])
-    g, _, beta = gate(tok["a"], tok["b"], params["A_log"], params["dt_bias"])
+    normalisation and gate (GDN: q and k repeated over each key group, the scalar gate on every
+    key channel: GDN's recurrence as KDA's)."""
+    qx, kx = (tok[n].repeat_interleave(family.key_group, -2) for n in ("qx", "kx"))
+    qn, kn = normalize_qk(qx, kx)
+    if family.scalar_gate:
+        g = scalar_gate(tok["a"], params["A_log"], params["dt_bias"])[0][..., None].expand(*kn.shape)
+        beta = beta_bf16(tok["b"]).float()
+    else:
+        g, _, beta = gate(tok["a"], tok["b"], params["A_log"], params["dt_bias"])
     return {"q": qn.transpose(0, 1), "k": kn.transpose(0, 1), "v": tok["vx"].float().transpose(0, 1),
             "g": g.transpose(0, 1), "beta": beta.transpose(0, 1)}
 
 
-def fla_recurrence(tok: dict, params: dict, state: torch.Tensor | None):
+def fla_recurrence(tok: dict, params: dict, state: torch.Tensor | None, family: Family = KDA):
     """fla's fp32 recurrence over ``tok`` from ``state`` (``[N, H, K, V]`` or None for zeros):
     ``(o fp32 [T, N, H, V], final state fp32 [N, H, K, V])``."""
     from fla.ops.kda.naive import naive_recurrent_kda
 
-    x = fla_inputs(tok, params)
+    x = fla_inputs(tok, params, family)
     o, S = naive_recurrent_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=1.0,
                                initial_state=state, output_final_state=True)
     return o.transpose(0, 1), S
 
 
-def fla_prefill(tok: dict, params: dict, method: str, state: torch.Tensor | None = None):
+def fla_prefill(tok: dict, params: dict, method: str, state: torch.Tensor | None = None, family: Family = KDA):
     """fla over the prompt ``tok`` from ``state`` (fp32 ``[N, H, K, V]``, None: zeros): ``(o fp32
-    [T, N, H, V], final state fp32 [N, H, K, V])``, by ``chunk_kda`` (``method="chunk"``, CUDA:
-    the raw bf16 q, k, v, ``use_qk_l2norm_in_kernel``, scale K^-1/2, the step's gate and
-    bf16-rounded beta) or ``naive_recurrent_kda`` (``"naive"``, on the step's own ``kn``,
-    ``qn``). Raises ValueError for another method."""
+    [T, N, H, V], final state fp32 [N, H, K, V])``, by ``chunk_kda`` (KDA) or
+    ``chunk_gated_delta_rule`` (GDN, q and k repeated over each key group) with
+    ``method="chunk"`` (CUDA: the raw bf16 q, k, v, ``use_qk_l2norm_in_kernel``, scale K^-1/2,
+    the step's gate and bf16-rounded beta), or ``naive_recurrent_kda`` (``"naive"``, on the
+    step's own ``kn``, ``qn``). Raises ValueError for another method."""
     if method == "naive":
-        return fla_recurrence(tok, params, state)
+        return fla_recurrence(tok, params, state, family)
     if method != "chunk":
         raise ValueError(f"prefill method {method!r}: 'chunk' or 'naive'")
-    from fla.ops.kda import chunk_kda
+    q, k = (tok[n].repeat_interleave(family.key_group, -2).transpose(0, 1).contiguous() for n in ("qx", "kx"))
+    v = tok["vx"].transpose(0, 1).contiguous()
+    if family.scalar_gate:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as chunk
 
-    g, _, beta = gate(tok["a"], tok["b"], params["A_log"], params["dt_bias"])
-    o, S = chunk_kda(tok["qx"].transpose(0, 1).contiguous(), tok["kx"].transpose(0, 1).contiguous(),
-                     tok["vx"].transpose(0, 1).contiguous(), g.transpose(0, 1).contiguous(),
-                     beta.transpose(0, 1).bfloat16().contiguous(), scale=K ** -0.5, initial_state=state,
-                     output_final_state=True, use_qk_l2norm_in_kernel=True)
+        g = scalar_gate(tok["a"], params["A_log"], params["dt_bias"])[0]
+        beta = beta_bf16(tok["b"]).float()
+    else:
+        from fla.ops.kda import chunk_kda as chunk
+
+        g, _, beta = gate(tok["a"], tok["b"], params["A_log"], params["dt_bias"])
+    o, S = chunk(q, k, v, g.transpose(0, 1).contiguous(), beta.transpose(0, 1).bfloat16().contiguous(),
+                 scale=K ** -0.5, initial_state=state, output_final_state=True, use_qk_l2norm_in_kernel=True)
     return o.transpose(0, 1).float(), S.float()
 
 
 def decode_loop(N: int = 2, T: int = 32, prefill: int = 64, device="cpu", seed: int = 0,
-                bias_shift: float = 0.0, prefill_method: str | None = None, prefill_chunks: int = 1) -> dict:
+                bias_shift: float = 0.0, prefill_method: str | None = None, prefill_chunks: int = 1,
+                family: Family = KDA) -> dict:
     """Run the loop (module docstring) for ``N`` sequences and ``T`` decode tokens after a
     ``prefill``-token prefill. Returns ``{"window_rel": [...], "window_worst_head": [...],
     "rounding_rel": [...], "state_scale": float, "prefill": str}``: per window of ``L`` tokens, ``||o - o_fla|| /
@@ -93,34 +125,34 @@ def decode_loop(N: int = 2, T: int = 32, prefill: int = 64, device="cpu", seed: 
     ``fla_prefill``'s, by default ``"chunk"`` on CUDA and ``"naive"`` elsewhere.
     ``prefill_chunks``: the prompt prefilled in that many equal chunks as an engine's chunked
     prefill runs it (each chunk from ``read_state`` of the pool, its final state stored back by
-    ``write_state``); fla's reference runs the whole prompt at once."""
-    from ..kda import flush_inplace, read_state, step_inplace, write_state
-
-    params = step_inputs.model_params(device)
+    ``write_state``); fla's reference runs the whole prompt at once. ``family``: KDA's layers, or
+    GDN's (the same loop on a GDN pool)."""
+    api = FAMILY_API[family.name]
+    params = model_params(device, family)
     params["dt_bias"] = params["dt_bias"] + bias_shift
     gen = torch.Generator(device=device).manual_seed(seed + 17)
     q0 = torch.randn(V, R, generator=gen, device=device)
     prefill_method = prefill_method or ("chunk" if torch.device(device).type == "cuda" else "naive")
-    prompt = token_stream(N, prefill, device, seed + 1)
-    _, S0 = fla_prefill(prompt, params, prefill_method)
-    tok = token_stream(N, T, device, seed + 2)
-    o_ref, _ = fla_recurrence(tok, params, S0.clone())
+    prompt = token_stream(N, prefill, device, seed + 1, family)
+    _, S0 = fla_prefill(prompt, params, prefill_method, family=family)
+    tok = token_stream(N, T, device, seed + 2, family)
+    o_ref, _ = fla_recurrence(tok, params, S0.clone(), family)
 
-    pool = Pool(N + 1, device)
+    pool = api.Pool(N + 1, device)
     idx = torch.arange(1, N + 1, dtype=torch.int32, device=device)
     if prefill % prefill_chunks:
         raise ValueError(f"a {prefill}-token prompt does not split into {prefill_chunks} equal chunks")
     size = prefill // prefill_chunks
     for c in range(prefill_chunks):
         chunk = {n: t[c * size : (c + 1) * size] for n, t in prompt.items()}
-        _, S = fla_prefill(chunk, params, prefill_method, read_state(pool, idx) if c else None)
-        write_state(pool, idx, S, q0)
+        _, S = fla_prefill(chunk, params, prefill_method, api.read_state(pool, idx) if c else None, family)
+        api.write_state(pool, idx, S, q0)
     outs = []
     for t in range(T):
         mixed = torch.cat([tok["qx"][t].reshape(N, -1), tok["kx"][t].reshape(N, -1), tok["vx"][t].reshape(N, -1)], -1)
         o = torch.empty(N, H, V, dtype=torch.bfloat16, device=device)
-        step_inplace(pool, idx, mixed, tok["a"][t], tok["b"][t], params["A_log"], params["dt_bias"], o)
-        flush_inplace(pool, idx, q0)
+        api.step_inplace(pool, idx, mixed, tok["a"][t], tok["b"][t], params["A_log"], params["dt_bias"], o)
+        api.flush_inplace(pool, idx, q0)
         outs.append(o.float())
     o = torch.stack(outs)  # [T, N, H, V]
     res = {"window_rel": [], "window_worst_head": [], "rounding_rel": [],
@@ -144,14 +176,19 @@ def main(argv=None) -> int:
     ap.add_argument("--bias-shift", type=float, default=0.0, help="added to dt_bias (-4: slow gates)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when present")
     ap.add_argument("--json", default=None, help="write the per-window figures to this JSON file")
+    ap.add_argument("--family", choices=tuple(FAMILY_API), default="kda", help="the layers' model family")
     args = ap.parse_args(argv)
     check_output(ap, "--json", args.json, stdout_ok=False)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    res = decode_loop(args.sequences, args.tokens, args.prefill, device, args.seed, args.bias_shift)
+    from ..family import FAMILIES
+
+    res = decode_loop(args.sequences, args.tokens, args.prefill, device, args.seed, args.bias_shift,
+                      family=FAMILIES[args.family])
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "device": device, **res}, f, indent=1)
-    print(f"prefill: fla's {'chunk_kda' if res['prefill'] == 'chunk' else 'naive_recurrent_kda'}; "
+    chunk = "chunk_gated_delta_rule" if args.family == "gdn" else "chunk_kda"
+    print(f"{args.family}: prefill by fla's {chunk if res['prefill'] == 'chunk' else 'naive_recurrent_kda'}; "
           f"state scale (mean |S| after it): {res['state_scale']:.4g}")
     print("window  rel. error  worst head  bf16(o) alone")
     for i, (a, b, c) in enumerate(zip(res["window_rel"], res["window_worst_head"], res["rounding_rel"])):
