@@ -177,6 +177,9 @@ def step_family(family: Family, fields: dict, A_log, dt_bias):
     tokens["a"] = (torch.bfloat16, family.gate_inputs["a"])
     qk = {n: tokens.pop(n) for n in ("qx", "kx")}
     _, heads, device = check_batch(fields, {**CHECKPOINT_FIELDS, **family.window_fields(), **tokens})
+    if heads not in family.head_counts():  # whole key groups only (GDN: an even head count)
+        raise ValueError(f"a {family.name.upper()} step takes one of {family.head_counts()} heads (whole key groups "
+                         f"of {family.key_group}), got {heads}")
     n, hk = fields["codes"].shape[0], family.key_heads(heads)
     for name, (dtype, trailing) in qk.items():  # q and k of each key head
         check_tensor(name, fields[name], dtype, (n, hk, *trailing))

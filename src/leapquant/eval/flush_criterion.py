@@ -16,7 +16,9 @@ import torch
 
 from ..format import decode
 from ..geometry import QMAX
-from ..flush.naive import rebuild
+from ..flush.naive import rebuild as _kda_rebuild
+
+KDA_STATE_ARGS = ("codes", "s_k", "s_v", "u", "q", "kbuf", "ubuf", "gbuf", "w", "pcum")
 
 RATIO_BOUND = 1.01
 CAPTURED_BELOW = 1e-4  # err_reference / mean|S| under this: the format captures the head
@@ -24,15 +26,25 @@ CAP = 1e-3  # allowed err / mean|S| on captured heads
 FORMS = ("head", "batch_head")
 
 
-def head_errors(x: dict, ckpt, chunk: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+def kda_state(x: dict, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The KDA state of flush inputs ``x`` (``KDA_STATE_ARGS``, batched), ``[..., V, K]`` in
+    ``dtype``: ``flush.naive.rebuild``. ``head_errors``' default rebuild."""
+    return _kda_rebuild(*(x[n] for n in KDA_STATE_ARGS), dtype=dtype)
+
+
+def head_errors(x: dict, ckpt, chunk: int = 16, rebuild=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(err, mag)``, fp64 ``[B, H]``: mean |decode(ckpt) - S| and mean |S| per program, with
-    ``S`` rebuilt from the inputs ``x`` in fp64 (chunked over the batch to bound memory)."""
+    ``S`` rebuilt from the inputs ``x`` in fp64 (chunked over the batch to bound memory).
+
+    ``rebuild``: ``rebuild(x_chunk) -> S`` fp64 ``[b, H, V, K]`` from a dict of ``x``'s batched
+    tensors sliced to ``b`` sequences (every entry but ``q0``); default ``kda_state`` (the KDA
+    rebuild; ``gdn_criterion.state`` is GDN's)."""
+    rebuild = kda_state if rebuild is None else rebuild
     B = x["codes"].shape[0]
     errs, mags = [], []
     for b0 in range(0, B, chunk):
         sl = slice(b0, b0 + chunk)
-        S = rebuild(*(x[n][sl] for n in ("codes", "s_k", "s_v", "u", "q", "kbuf", "ubuf", "gbuf", "w", "pcum")),
-                    dtype=torch.float64)
+        S = rebuild({n: t[sl] for n, t in x.items() if n != "q0"})
         D = decode(*(t[sl] for t in ckpt), dtype=torch.float64)
         errs.append((D - S).abs().mean((-2, -1)))
         mags.append(S.abs().mean((-2, -1)))
@@ -88,12 +100,13 @@ def well_formed(ckpt) -> bool:
     return finite and in_range and bool((s_k > 0).all()) and bool((s_v > 0).all())
 
 
-def evaluate(x: dict, candidate, reference_ckpt) -> dict:
+def evaluate(x: dict, candidate, reference_ckpt, rebuild=None) -> dict:
     """Judge ``candidate`` against ``reference_ckpt`` (both ``(codes, s_k, s_v, u, q)`` from the
-    same inputs ``x``). Returns ``{"head": FormResult, "batch_head": FormResult,
-    "well_formed": bool, "ok": bool, "err": fp64 [B, H], "err_ref": ..., "mag": ...}``."""
-    err_c, mag = head_errors(x, candidate)
-    err_r, _ = head_errors(x, reference_ckpt)
+    same inputs ``x``), the state rebuilt by ``rebuild`` (``head_errors``; default KDA's). Returns
+    ``{"head": FormResult, "batch_head": FormResult, "well_formed": bool, "ok": bool, "err": fp64
+    [B, H], "err_ref": ..., "mag": ...}``."""
+    err_c, mag = head_errors(x, candidate, rebuild=rebuild)
+    err_r, _ = head_errors(x, reference_ckpt, rebuild=rebuild)
     out = {
         "head": judge_form(err_c.mean(0), err_r.mean(0), mag.mean(0)),
         "batch_head": judge_form(err_c, err_r, mag),

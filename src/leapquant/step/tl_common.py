@@ -167,7 +167,8 @@ def write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcu
         tl.store(kbuf + kwin + h * NK + n, round_bf16(kn))
         if SCALAR_GATE:
             tl.store(w + prog * NL + j, _decayed_weights(w_all, en, h, j))
-            tl.store(pcum + prog + j * 0, w_all * 0.0 + pcum_n, mask=j == 0)  # one word, in j's layout
+            # one word, in j's layout (made from j, not w_all * 0: a NaN in a dead row of w would reach p)
+            tl.store(pcum + prog + j * 0, (j * 0).to(tl.float32) + pcum_n, mask=j == 0)
         else:
             tl.store(gbuf + kwin + h * NK + n, en.to(tl.float16))
             tl.store(w + prog * NL + j, (j * 0 + 1).to(tl.float32), mask=j == h)  # ones in j's layout
@@ -179,7 +180,7 @@ def write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcu
         tl.store(k_row + out_k + n, round_bf16(kn))
         if SCALAR_GATE:
             tl.store(w_new + prog * NL + j, _decayed_weights(w_all, en, h, j))
-            tl.store(pcum_new + prog + j * 0, w_all * 0.0 + pcum_n, mask=j == 0)
+            tl.store(pcum_new + prog + j * 0, (j * 0).to(tl.float32) + pcum_n, mask=j == 0)
         else:
             tl.store(g_row + out_k + n, en.to(tl.float16))
             tl.store(w_new + prog * NL + j, tl.where(j == h, 1.0, w_all))
