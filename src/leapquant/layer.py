@@ -23,6 +23,10 @@ from .interface import check_step_call, flush_checked, step_checked
 from .pool import Pool
 
 FLUSH_STREAMS = 2  # side streams of an Overlap scope
+# calls of fewer sequences than this spread their flushes over the side streams in turn; larger
+# ones keep to the first. Engine loop, H100, 2026-12-06 (ms a token and layer, 1 side stream / 2):
+# B=16 0.0242 / 0.0171, B=64 0.0395 / 0.0433, B=256 0.1287 / 0.1330, B=512 0.2396 / 0.2453
+SPREAD_BELOW = 64
 
 class Overlap:
     """The scope of one token's forward in which ``decode_inplace`` calls overlap their flushes
@@ -41,6 +45,9 @@ class Overlap:
         streams: side streams the flushes take in turn (1 or more). At small batch a flush lasts
             longer than the next layer's step (its latency, not its bytes), so with one stream the
             flushes queue behind each other; with several, consecutive layers' flushes overlap.
+        spread_below: calls of fewer sequences than this take the side streams in turn; calls of
+            more take the first only (there the flushes are bandwidth- and SM-bound, and two at
+            once slow the steps beside them more than they gain; measured, ``SPREAD_BELOW``).
 
     One ``Pool`` per layer, as engines allocate state: a call waits for its pool's flush forked
     earlier in the scope, so two layers on one pool would run one after the other.
@@ -52,11 +59,11 @@ class Overlap:
     device without CUDA.
     """
 
-    def __init__(self, device="cuda", streams: int = FLUSH_STREAMS):
+    def __init__(self, device="cuda", streams: int = FLUSH_STREAMS, spread_below: int = SPREAD_BELOW):
         device = torch.device(device)
         if streams < 1:
             raise ValueError(f"streams must be at least 1, got {streams}")
-        self.device = device
+        self.device, self.spread_below = device, spread_below
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device is cuda, but CUDA is not available: pass device='cpu'")
         self.sides = [torch.cuda.Stream(device) for _ in range(streams)] if device.type == "cuda" else []
@@ -101,7 +108,7 @@ class Overlap:
     def _fork(self, pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
         # the flush on the next side stream, after everything issued so far on the current one
         main = torch.cuda.current_stream(self.device)
-        side = self.sides[self._turn % len(self.sides)]
+        side = self.sides[self._turn % len(self.sides) if idx.shape[0] < self.spread_below else 0]
         self._turn += 1
         start = self._event()
         start.record(main)

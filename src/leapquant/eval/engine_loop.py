@@ -88,7 +88,9 @@ class Model:
         self.a = tok["a"][..., 0].contiguous() if family.scalar_gate else tok["a"]
         self.b = tok["b"]
         self.o = torch.empty(B, H, V, dtype=torch.bfloat16, device=device)
-        self.overlap = Overlap(device, **({"streams": streams} if streams else {}))
+        # streams given: that many side streams taken in turn at every batch size (a route to
+        # measure); None: the scope's defaults (two, spread only below layer.SPREAD_BELOW sequences)
+        self.overlap = Overlap(device, **({"streams": streams, "spread_below": 1 << 30} if streams else {}))
         self.hidden = torch.randn(B, HIDDEN, generator=gen, device=device).bfloat16() if matmul else None
         self.weights = [torch.randn(HIDDEN, PROJECTION, generator=gen, device=device).bfloat16() * 0.02
                         for _ in range(layers)] if matmul else []
