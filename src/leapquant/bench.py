@@ -217,7 +217,7 @@ def _stress_cell(a: dict) -> str:
             f"{fmt(a['worst_cap_ratio_batch_head'])}")
 
 
-SECTIONS = ("flush", "step", "layouts", "engine")
+SECTIONS = ("flush", "step", "gdn", "layouts", "engine")
 LAYOUT_SIZES = "64,256"
 LAYOUT_ROUNDS = 2
 
@@ -230,7 +230,8 @@ def main(argv=None) -> int:
                     help=f"comma list (default {DEFAULT_SIZES}; {CPU_SIZES} on CPU)")
     ap.add_argument("--sections", default=",".join(SECTIONS),
                     help=f"comma list of {', '.join(SECTIONS)} (default: all): the flush's accuracy and speed, the "
-                         "step's, the packed against the request layout (interleaved), the engine loop")
+                         "step's, both GDN operations' accuracy, the packed against the request layout (interleaved), "
+                         "the engine loop")
     ap.add_argument("--layout-sizes", type=parse_sizes, default=parse_sizes(LAYOUT_SIZES),
                     help=f"batch sizes of the layouts section (default {LAYOUT_SIZES})")
     ap.add_argument("--engine-flush-ctas", type=parse_sizes, default=None,
@@ -291,6 +292,10 @@ def _report(args, device) -> tuple[int, dict]:
         done(part, text)
     if "step" in args.sections:
         ok, part, text = _step_section(sizes, device, timing, bandwidth)
+        all_ok &= ok
+        done(part, text)
+    if "gdn" in args.sections:
+        ok, part, text = _gdn_section(sizes, device)
         all_ok &= ok
         done(part, text)
     if not timing and {"layouts", "engine"} & set(args.sections):
@@ -388,6 +393,39 @@ def _step_section(sizes, device, timing, bandwidth) -> tuple[bool, dict, str]:
             + (f"; the step alone at fill count {STEP_FILL} (the request's harness) and at a full window "
                f"({FULL_WINDOW}), fla's fp32-state decode kernel alone" if timing else ""))
     return all_ok, {"step_rows": step_rows}, text + "\n" + table(headers, out)
+
+
+def _gdn_section(sizes, device) -> tuple[bool, dict, str]:
+    """Both GDN operations on their requests' families at every batch size: ``leapquant.gdn.run``
+    against the fp32 reference flush (``gdn_criterion.evaluate_flush``: worst err / err_ref, bound
+    1.01) and ``leapquant.gdn.step`` against the fp32 step reference (``gdn_criterion.judge_step``:
+    worst figure, bound 1). Source: NVlabs/kda requests conless-leapquant-gdn-flush and -step."""
+    from . import gdn
+    from .eval import gdn_criterion, gdn_inputs
+
+    rows, all_ok = [], True
+    for B in sizes:
+        row = {"batch_size": B, "flush": {}, "step": {}}
+        for fam in gdn_inputs.FLUSH_FAMILIES:
+            x = gdn_inputs.make_flush(fam, B, device, seed=B)
+            res = gdn_criterion.evaluate_flush(x, gdn.run(**x), gdn.reference(**x))
+            row["flush"][fam] = {"ok": res["ok"], "worst_ratio": res["batch_head"].worst_ratio,
+                                 "worst_cap_ratio": res["batch_head"].worst_cap_ratio}
+        for fam in gdn_inputs.STEP_FAMILIES:
+            x = gdn_inputs.make_step(fam, B, device, seed=B)
+            ok, worst = gdn_criterion.judge_step(gdn.step(**x), gdn.step_reference(**x))
+            row["step"][fam] = {"ok": ok, "worst": worst}
+        row["ok"] = all(a["ok"] for part in ("flush", "step") for a in row[part].values())
+        all_ok &= row["ok"]
+        rows.append(row)
+        print(f"  gdn B={B} done: {'PASS' if row['ok'] else 'FAIL'}", flush=True)
+    out = [[r["batch_size"], *(fmt(r["flush"][f]["worst_ratio"]) for f in gdn_inputs.FLUSH_FAMILIES),
+            *(fmt(r["step"][f]["worst"], ".3f") for f in gdn_inputs.STEP_FAMILIES), "PASS" if r["ok"] else "FAIL"]
+           for r in rows]
+    text = ("GDN: the flush's worst err/err_ref per (sequence, head) (bound 1.01) and the step's worst figure (bound 1)"
+            " per family\n" + table(["B", *(f"flush {f[:6]}" for f in gdn_inputs.FLUSH_FAMILIES),
+                                         *(f"step {f[:6]}" for f in gdn_inputs.STEP_FAMILIES), "verdict"], out))
+    return all_ok, {"gdn": rows}, text
 
 
 def _layouts_section(sizes, device) -> tuple[dict, str]:
