@@ -100,6 +100,41 @@ def test_gluon_step_compiles_for_sm90a_within_its_register_cap(in_place, layout,
     assert 7 * (k.metadata.shared + 1024) <= 228 * 1024  # and the shared memory for 7 of them
 
 
+# GDN's builds (the scalar gate, key groups: the same kernels' other compile-time switches), their
+# spilled bytes as the compilers gave them when checked: (flush, step pool packed, step pool
+# request, step functional) a release; the releases CI runs every build under (3.6.0, the newest)
+GDN_SPILLS = {"3.6.0": (0, 0, 16, 96), "3.9.0": (0, 120, 104, 208)}
+GDN_STEP_BUILDS = [(True, "packed"), (True, "request"), (False, "packed")]
+
+
+@pytest.mark.skipif(triton.__version__ not in GDN_SPILLS, reason="GDN builds checked under 3.6.0 and 3.9.0")
+@pytest.mark.parametrize("in_place", [True, False], ids=["gdn-pool", "gdn-fn"])
+def test_gdn_flush_compiles_for_sm90a(in_place):
+    from leapquant.family import GDN
+
+    c = _compile_sm90()
+    k = c.compile_gluon(in_place, 512 if in_place else None, family=GDN)
+    assert "wgmma.mma_async" in k.asm["ptx"] and "cp.async" in k.asm["ptx"]
+    assert k.metadata.shared <= 227 * 1024
+    assert int(_usage(c, k)["STACK"]) <= GDN_SPILLS[triton.__version__][0]
+
+
+@pytest.mark.skipif(triton.__version__ not in GDN_SPILLS, reason="GDN builds checked under 3.6.0 and 3.9.0")
+@pytest.mark.parametrize("in_place,layout", GDN_STEP_BUILDS, ids=["gdn-pool-packed", "gdn-pool-request", "gdn-fn"])
+def test_gdn_step_compiles_for_sm90a_within_its_register_cap(in_place, layout):
+    from leapquant.family import GDN
+    from leapquant.step import gluon_kernel as step_gluon
+
+    c = _compile_sm90()
+    k = c.compile_step(in_place, gluon=True, layout=layout, family=GDN)
+    assert "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32" in k.asm["ptx"]
+    usage = _usage(c, k)
+    bound = GDN_SPILLS[triton.__version__][1 + GDN_STEP_BUILDS.index((in_place, layout))]
+    assert int(usage["REG"]) <= step_gluon.MAX_REGISTERS and int(usage["STACK"]) <= bound
+    # no per-entry gates: the scalar-gate build neither loads nor stores gbuf (fp16 [L, K] rows)
+    assert k.asm["ptx"].count("cp.async") < c.compile_step(in_place, gluon=True, layout=layout).asm["ptx"].count("cp.async")
+
+
 def test_barrier_census_covers_every_barrier_of_the_step():
     # scripts/compile_sm90.py --barriers: every BAR of the kernel attributed to a source line,
     # the step kernel's own among them (the source text is read from the path the cubin's line
