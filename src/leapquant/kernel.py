@@ -30,6 +30,7 @@ import warnings
 import torch
 import triton
 
+from .family import FAMILIES
 from .geometry import H
 from .launch import GLUON_VERIFIED_TRITON, interpreting
 
@@ -68,7 +69,7 @@ def _hopper(device: torch.device) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _gluon_verdict(device: torch.device, heads: int, layout: str) -> tuple[bool, str]:
+def _gluon_verdict(device: torch.device, heads: int, layout: str, family: str = "kda") -> tuple[bool, str]:
     # (whether the Gluon kernels run on this sm_90 device, why), self-check included
     err = _gluon_import_error()
     if err is not None:
@@ -78,15 +79,16 @@ def _gluon_verdict(device: torch.device, heads: int, layout: str) -> tuple[bool,
         return True, f"triton {triton.__version__} is a release the Gluon kernels were verified with on a GPU"
     from .self_check import self_check
 
-    ok, detail = self_check(device, heads, layout, fail=forced == "fail")
+    ok, detail = self_check(device, heads, layout, fail=forced == "fail", family=FAMILIES[family])
     if ok:
         return True, f"the Gluon kernels passed their self-check on this GPU under triton {triton.__version__} ({detail})"
     return False, f"the Gluon kernels failed their self-check under triton {triton.__version__} ({detail})"
 
 
-def decide(device, op: str = "flush", heads: int = H, layout: str = "packed") -> tuple[str, str]:
+def decide(device, op: str = "flush", heads: int = H, layout: str = "packed", family: str = "kda") -> tuple[str, str]:
     """``(kernel, reason)``: the kernel that runs ``op`` (``"flush"`` or ``"step"``) on ``device``
-    for a pool of ``heads`` heads in ``layout`` (``"gluon"`` or ``"triton"``), and why, in words.
+    for a pool of ``heads`` heads in ``layout`` of ``family`` ("kda" or "gdn": its builds are the
+    ones self-checked) (``"gluon"`` or ``"triton"``), and why, in words.
 
     ``LEAPQUANT_KERNEL`` forces one; otherwise Gluon on sm_90 where its modules import and the
     release is verified or the self-check passes (run once a process for each device, head count and layout), else the
@@ -111,7 +113,7 @@ def decide(device, op: str = "flush", heads: int = H, layout: str = "packed") ->
         if err is not None:
             raise ValueError(f"{FORCE_VARIABLE}=gluon, but the Gluon kernels do not import ({err})")
         return "gluon", f"{FORCE_VARIABLE}=gluon"
-    runs, why = _gluon_verdict(device, heads, layout)
+    runs, why = _gluon_verdict(device, heads, layout, family)
     if runs:
         return "gluon", why
     _warn_once(device, why)
@@ -133,8 +135,8 @@ def choose(device, op: str = "flush", heads: int = H, layout: str = "packed") ->
 
 def choose_for_pool(pool) -> tuple[str, str, str]:
     """``(flush kernel, step kernel, reason)`` for a CUDA ``Pool``, picked once for its life."""
-    flush, why = decide(pool.device, "flush", pool.heads, pool.layout)
-    step, why_step = decide(pool.device, "step", pool.heads, pool.layout)
+    flush, why = decide(pool.device, "flush", pool.heads, pool.layout, pool.family.name)
+    step, why_step = decide(pool.device, "step", pool.heads, pool.layout, pool.family.name)
     return flush, step, why if why == why_step else f"flush: {why}; step: {why_step}"
 
 

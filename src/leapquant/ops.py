@@ -34,12 +34,6 @@ def pool_checkpoint(raw: torch.Tensor, hcnt: torch.Tensor, layout: str) -> tuple
     return codes, s_k, s_v, uq[..., :K], uq[..., K:]
 
 
-def pool_views(raw: torch.Tensor, kbuf, ubuf, gbuf, w, pcum, hcnt: torch.Tensor, layout: str) -> tuple:
-    """``(checkpoint, window)`` of a KDA pool's tensors: ``pool_checkpoint`` and ``(kbuf, ubuf,
-    gbuf, w, pcum)``."""
-    return pool_checkpoint(raw, hcnt, layout), (kbuf, ubuf, gbuf, w, pcum)
-
-
 def flush_window(family: Family, raw, window: tuple, hcnt, picks, idx, q0, layout: str, kernel: str,
                  ctas_per_sm: int) -> None:
     """``interface.flush_inplace`` on a pool's tensors (``window`` in ``family.window``'s order):
