@@ -21,8 +21,9 @@ def hopper(monkeypatch):
     calls = []
     verdict = {"ok": True}
 
-    def fake_check(device, heads, layout, fail=False):
+    def fake_check(device, heads, layout, fail=False, family=None):
         calls.append((heads, layout, fail))
+        verdict.setdefault("families", []).append(family.name)
         return (verdict["ok"] and not fail), "fake check"
 
     monkeypatch.setattr(self_check_mod, "self_check", fake_check)
@@ -91,3 +92,13 @@ def test_off_hopper_the_portable_kernel_runs_silently(monkeypatch):
         kernel_mod.decide("cpu")
     with pytest.raises(ValueError, match="operation"):
         kernel_mod.decide("cpu", "prefill")
+
+
+def test_the_self_check_runs_the_pools_family(hopper, monkeypatch):
+    # a GDN pool on a release the Gluon kernels were not run with: its own builds are checked, once
+    calls, verdict = hopper
+    monkeypatch.setattr(kernel_mod, "GLUON_VERIFIED_TRITON", ())
+    assert kernel_mod.decide("cuda", "step", 32, "packed", family="gdn")[0] == "gluon"
+    assert kernel_mod.decide("cuda", "flush", 32, "packed", family="gdn")[0] == "gluon"
+    assert kernel_mod.decide("cuda", "flush", 32, "packed")[0] == "gluon"
+    assert verdict["families"] == ["gdn", "kda"] and len(calls) == 2
