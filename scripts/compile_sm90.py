@@ -247,7 +247,7 @@ def main():
         os.makedirs(args.dump, exist_ok=True)
         for ext, text in k.asm.items():
             mode = "wb" if isinstance(text, bytes) else "w"
-            with open(os.path.join(args.dump, f"flush.{ext}"), mode) as f:
+            with open(os.path.join(args.dump, f"{'step' if args.step else 'flush'}.{ext}"), mode) as f:
                 f.write(text)
 
 
