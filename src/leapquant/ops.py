@@ -17,7 +17,7 @@ import torch
 from .family import GDN, KDA, Family
 from .flush.naive import flush_cpu, scalar_flush_cpu
 from .geometry import K, L
-from .pool import checkpoint_views, split_mixed
+from .pool import pool_checkpoint, split_mixed
 from .step.naive import scalar_step_cpu, step_cpu
 
 # the ops' namespace: the package's own name, so that a copy of the package loaded under another
@@ -25,13 +25,6 @@ from .step.naive import scalar_step_cpu, step_cpu
 LIBRARY = __name__.split(".")[0]
 CPU_FLUSH = {"kda": flush_cpu, "gdn": scalar_flush_cpu}  # each family's fp32 PyTorch flush and step
 CPU_STEP = {"kda": step_cpu, "gdn": scalar_step_cpu}
-
-
-def pool_checkpoint(raw: torch.Tensor, hcnt: torch.Tensor, layout: str) -> tuple:
-    """``(codes, s_k, s_v, u, q)``: the checkpoint views of a pool's ``raw`` (``hcnt`` gives
-    its slots and heads)."""
-    codes, s_k, s_v, uq = checkpoint_views(raw, hcnt.shape[0], hcnt.shape[1], layout)
-    return codes, s_k, s_v, uq[..., :K], uq[..., K:]
 
 
 def flush_window(family: Family, raw, window: tuple, hcnt, picks, idx, q0, layout: str, kernel: str,

@@ -269,6 +269,13 @@ def checkpoint_views(raw: torch.Tensor, num_slots: int, heads: int, layout: str)
             view(torch.float32, (NS, NH, V), (1,), SV_BYTES), view(torch.float16, (NS, NH, R, K + V), (K + V, 1), UQ_BYTES))
 
 
+def pool_checkpoint(raw: torch.Tensor, hcnt: torch.Tensor, layout: str) -> tuple:
+    """``(codes, s_k, s_v, u, q)``: the checkpoint views of a pool's ``raw`` (``hcnt`` gives
+    its slots and heads)."""
+    codes, s_k, s_v, uq = checkpoint_views(raw, hcnt.shape[0], hcnt.shape[1], layout)
+    return codes, s_k, s_v, uq[..., :K], uq[..., K:]
+
+
 def empty_token(n: int, heads: int, device, family: Family = KDA) -> tuple:
     """``(qx, kx, vx, a, b)`` of ``n`` zero rows: the views of one ``mixed`` row a step takes."""
     mixed = torch.zeros(n, family.mixed_width(heads), dtype=torch.bfloat16, device=device)

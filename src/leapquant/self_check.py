@@ -26,8 +26,7 @@ from .family import KDA, Family
 from .flush.naive import rebuild, rebuild_scalar
 from .format import decode
 from .geometry import K, L, QMAX, R, V
-from .ops import pool_checkpoint
-from .pool import empty_token, state_specs, split_mixed
+from .pool import empty_token, pool_checkpoint, state_specs, split_mixed
 
 FLUSH_TOLERANCE = 1.02  # Gluon's reconstruction error over the portable kernel's, per program
 STEP_TOLERANCE = 2.0**-6  # |o_gluon - o_portable| / max|o_portable|, per program (4 bf16 steps)

@@ -72,7 +72,7 @@ def write_state(pool: Pool, idx: torch.Tensor, state: torch.Tensor, q0: torch.Te
         pool.check_index(idx)
         bad = int((~_in_domain(state[live])).sum())
         if bad:
-            raise ValueError(f"{bad} of the states are outside the domain (finite, |S| < {DOMAIN_LIMIT:g})")
+            raise ValueError(f"{bad} (sequence, head) states are outside the domain (finite, |S| < {DOMAIN_LIMIT:g})")
     with full_fp32_matmul(), torch.no_grad():  # the compression's products in full fp32
         for start in range(0, idx.shape[0], WRITE_CHUNK):
             part = slice(start, start + WRITE_CHUNK)

@@ -178,6 +178,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="write the per-window figures to this JSON file")
     ap.add_argument("--family", choices=tuple(FAMILY_API), default="kda", help="the layers' model family")
     args = ap.parse_args(argv)
+    for name in ("tokens", "sequences", "prefill"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     check_output(ap, "--json", args.json, stdout_ok=False)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     from ..family import FAMILIES
