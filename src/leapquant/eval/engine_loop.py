@@ -32,19 +32,17 @@ import statistics
 
 import torch
 
-from .. import gdn, kda
 from ..family import KDA, Family
 from ..geometry import H, K, L, R, V
 from ..layer import Overlap, decode_inplace
-from . import step_inputs
+from . import gdn_inputs, step_inputs
+from .step_loop import FAMILY_API, model_params
 
 LAYERS = 8
 REPLAYS = 32
 WARM_TOKENS = 3  # eager tokens before the capture (compiles nothing: the pools did; fills caches of fla)
 HIDDEN, PROJECTION = 2304, 24576  # Kimi-Linear's hidden size; the matmul standing for a layer's other work
 FLA_STATE_BYTES = H * K * V * 4  # a slot of fla's fp32 state
-POOLS = {"kda": kda.Pool, "gdn": gdn.Pool}  # each family's pool
-STEP_INPLACE = {"kda": kda.step_inplace, "gdn": gdn.step_inplace}
 
 
 def layer_floor_bytes(family: Family = KDA) -> float:
@@ -61,32 +59,28 @@ class Model:
                  streams: int | None = None, family: Family = KDA, **pool_kw):
         self.B, self.device, self.layers, self.family = B, torch.device(device), layers, family
         gen = torch.Generator(device=device).manual_seed(seed)
-        params = step_inputs.model_params(device)
-        if family.scalar_gate:  # one bias a head
-            params["dt_bias"] = params["dt_bias"][:, 0].contiguous()
-        self.params = params
+        self.params = model_params(device, family)
         self.q0 = torch.randn(V, R, generator=gen, device=device)
         self.idx = torch.arange(1, B + 1, dtype=torch.int32, device=device)
         self.pools, self.fills = [], []
         for layer in range(layers):
-            pool = POOLS[family.name](B + 1, device, **pool_kw)
+            pool = FAMILY_API[family.name].Pool(B + 1, device, **pool_kw)
             x = step_inputs.make("random", B, device, seed=seed * 1000 + layer)
             fill = (torch.arange(B, device=device) % L).to(torch.int32)[:, None].expand(B, pool.heads)
             live = torch.arange(L, device=device) < fill[..., None]  # [B, H, L]
             x["w"] = torch.where(live, 1.0, 0.0)
             x["gbuf"] = torch.where(live[..., None], x["gbuf"], torch.ones_like(x["gbuf"]))
-            x["p"] = torch.exp(x["pcum"].mean(-1)).clamp_min(1e-30)  # GDN's gate product
+            x["p"] = gdn_inputs.gate_product(x["pcum"])
             for view, name in zip(pool.checkpoint + pool.window, ("codes", "s_k", "s_v", "u", "q", *family.window)):
                 view[1:] = x[name]
             pool.hcnt[1:] = fill
             self.pools.append(pool)
             self.fills.append(pool.hcnt.clone())
         tok = step_inputs.tokens(B, device, seed + 1)
-        group = family.key_group  # q and k of each key head: the first head of its group
-        qk = [tok[n][:, ::group].reshape(B, -1) for n in ("qx", "kx")]
-        self.mixed = torch.cat([*qk, tok["vx"].reshape(B, -1)], -1)
-        self.a = tok["a"][..., 0].contiguous() if family.scalar_gate else tok["a"]
-        self.b = tok["b"]
+        if family.scalar_gate:  # q and k of each key head, a bias a head
+            tok = gdn_inputs.from_kda_token(tok)
+        self.mixed = torch.cat([tok[n].reshape(B, -1) for n in ("qx", "kx", "vx")], -1)
+        self.a, self.b = tok["a"], tok["b"]
         self.o = torch.empty(B, H, V, dtype=torch.bfloat16, device=device)
         # streams given: that many side streams taken in turn at every batch size (a route to
         # measure); None: the scope's defaults (two, spread only below layer.SPREAD_BELOW sequences)
@@ -117,8 +111,8 @@ class Model:
                 if variant == "fla":
                     _fla_step(self, layer)
                 elif variant == "step":
-                    STEP_INPLACE[self.family.name](pool, self.idx, self.mixed, self.a, self.b, p["A_log"], p["dt_bias"],
-                                                   self.o)
+                    FAMILY_API[self.family.name].step_inplace(pool, self.idx, self.mixed, self.a, self.b, p["A_log"],
+                                                              p["dt_bias"], self.o)
                 else:
                     decode_inplace(pool, self.idx, self.mixed, self.a, self.b, p["A_log"], p["dt_bias"], self.o,
                                    self.q0, overlap=self.overlap if variant == "overlap" else None)

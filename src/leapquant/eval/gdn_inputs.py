@@ -75,10 +75,16 @@ def gate_product(pcum: torch.Tensor) -> torch.Tensor:
 
 
 def from_kda_token(x: dict) -> dict:
-    """GDN's ``qx, kx, vx, a, b`` of a KDA token dict (``qx, kx, a`` ``[B, 32, K]``): q and k of
-    the even heads ``[B, 16, K]``, ``a`` at channel 0 ``[B, 32]``, ``vx`` and ``b`` as they are."""
-    return {"qx": x["qx"][:, ::GDN.key_group].contiguous(), "kx": x["kx"][:, ::GDN.key_group].contiguous(),
+    """GDN's ``qx, kx, vx, a, b`` of a KDA token dict (``qx, kx, a`` ``[..., 32, K]``, any leading
+    dims): q and k of the even heads ``[..., 16, K]``, ``a`` at channel 0 ``[..., 32]``, ``vx`` and
+    ``b`` as they are."""
+    return {"qx": x["qx"][..., :: GDN.key_group, :].contiguous(), "kx": x["kx"][..., :: GDN.key_group, :].contiguous(),
             "vx": x["vx"], "a": x["a"][..., 0].contiguous(), "b": x["b"]}
+
+
+def from_kda_params(params: dict) -> dict:
+    """GDN's ``A_log`` ``[H]`` and ``dt_bias`` ``[H]`` of KDA's (``dt_bias`` ``[H, K]``: channel 0)."""
+    return {"A_log": params["A_log"], "dt_bias": params["dt_bias"][:, 0].contiguous()}
 
 
 def from_kda_step(x: dict) -> dict:
@@ -88,8 +94,7 @@ def from_kda_step(x: dict) -> dict:
     y["p"] = gate_product(x["pcum"])
     y["h"] = x["h"]
     y.update(from_kda_token(x))
-    y["A_log"] = x["A_log"]
-    y["dt_bias"] = x["dt_bias"][:, 0].contiguous()
+    y.update(from_kda_params(x))
     return {n: y[n] for n in STEP_ARGS}
 
 

@@ -31,7 +31,7 @@ from .. import gdn, kda
 from ..family import KDA, Family
 from ..geometry import H, K, L, R, V
 from ..step.naive import beta_bf16, gate, normalize_qk, scalar_gate
-from . import step_inputs
+from . import gdn_inputs, step_inputs
 from .report import check_output
 
 FAMILY_API = {"kda": kda, "gdn": gdn}  # each family's calls
@@ -44,19 +44,14 @@ def token_stream(N: int, T: int, device="cpu", seed: int = 0, family: Family = K
     (N(0, 1)), ``b`` bf16 ``[T, N, H]`` (2 N(0, 1))."""
     toks = [step_inputs.tokens(N, device, seed * 100003 + t) for t in range(T)]
     out = {n: torch.stack([t[n] for t in toks]) for n in step_inputs.TOKEN_ARGS}
-    out["qx"], out["kx"] = (out[n][:, :, :: family.key_group].contiguous() for n in ("qx", "kx"))
-    if family.scalar_gate:
-        out["a"] = out["a"][..., 0].contiguous()
-    return out
+    return gdn_inputs.from_kda_token(out) if family.scalar_gate else out
 
 
 def model_params(device, family: Family = KDA) -> dict:
     """The step families' ``A_log`` ``[H]`` and ``dt_bias`` (KDA ``[H, K]``; GDN ``[H]``, the
     first channel)."""
     params = step_inputs.model_params(device)
-    if family.scalar_gate:
-        params["dt_bias"] = params["dt_bias"][:, 0].contiguous()
-    return params
+    return gdn_inputs.from_kda_params(params) if family.scalar_gate else params
 
 
 def fla_inputs(tok: dict, params: dict, family: Family = KDA) -> dict:
