@@ -82,7 +82,7 @@ def flush_inplace(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
     full (``pool.hcnt[slot, head] == L``).
 
     A flushed program gets its new checkpoint in ``pool.raw`` and its window reset (``w = 0``,
-    ``gbuf = 1``, ``pcum = 0``); ``hcnt`` stays ``L`` (read by the decode step as "flushed,
+    ``gbuf = 1``, ``pcum = 0``; a GDN pool's ``w = 0``, ``p = 1``); ``hcnt`` stays ``L`` (read by the decode step as "flushed,
     empty": clearing it would race with the kernel's other CTAs still reading the flags). Every
     other program and slot is left bit-identical. Entries ``<= 0`` of ``idx`` are skipped (0 = no
     sequence, -1 = a CUDA-graph pad slot).

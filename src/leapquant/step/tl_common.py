@@ -104,21 +104,20 @@ def token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_k, tok, qk_row, head, prog,
     ``pc`` the [K] vector of ``p at``. ``KEY_GROUP``: heads a key head's q and k serve (GQA)."""
     kt = tl.load(kx + tok * qk_row + (head // KEY_GROUP) * NK + k).to(tl.float32)
     qt = tl.load(qx + tok * qk_row + (head // KEY_GROUP) * NK + k).to(tl.float32)
-    if SCALAR_GATE:
+    if SCALAR_GATE:  # one gate a head
         xg = tl.load(a + tok * NH + head).to(tl.float32) + tl.load(dt_bias + head)
-        b_t = tl.load(b + tok * NH + head).to(tl.float32)
-        g = -tl.exp(tl.load(A_log + head)) * softplus(xg, SP_THRESHOLD)
-        en = tl.exp(g)
-        beta = beta_bf16(b_t, BETA_SMALL)
+    else:
+        xg = tl.load(a + (tok * NH + head) * NK + k).to(tl.float32) + tl.load(dt_bias + head * NK + k)
+    b_t = tl.load(b + tok * NH + head).to(tl.float32)
+    if not SCALAR_GATE:
+        pcum_n = tl.load(pcum + prog * NK + k)
+    g = -tl.exp(tl.load(A_log + head)) * softplus(xg, SP_THRESHOLD)
+    en = tl.exp(g)
+    beta = beta_bf16(b_t, BETA_SMALL)
+    if SCALAR_GATE:
         pcum_n = tl.load(pcum + prog) * en  # p at
         pc = s_k * 0.0 + pcum_n
     else:
-        xg = tl.load(a + (tok * NH + head) * NK + k).to(tl.float32) + tl.load(dt_bias + head * NK + k)
-        b_t = tl.load(b + tok * NH + head).to(tl.float32)
-        pcum_n = tl.load(pcum + prog * NK + k)
-        g = -tl.exp(tl.load(A_log + head)) * softplus(xg, SP_THRESHOLD)
-        en = tl.exp(g)
-        beta = beta_bf16(b_t, BETA_SMALL)
         pcum_n = pcum_n + g
         pc = tl.exp(pcum_n)
     f = s_k * pc * (1.0 / QM)
