@@ -7,8 +7,10 @@
 #   [SECTIONS=flush,step,layouts,engine] [SIZES=16,32,64,128,256,512] [LOOP_S=seconds, 0: no loop]
 #   [FLUSH_CTAS=2,1: the engine loop at each flush grid] [STREAMS=1,2,4: and each count of side streams]
 #   [FAMILIES=kda,gdn: the engine loop and the decode loop of each model family]
+#   [GROUPS=1,2,4: and each count of layers a flush launch (Overlap(group=...))]
 #   [REQUESTS="kda-flush kda-step": each request's own checks and timings (scripts/request_bench.py)
 #    on copies of the NVlabs/kda request folders in .requests/conless-leapquant-NAME (carry .requests)]
+#   [REQUEST_KERNELS=gluon,triton: the requests on each kernel] [REQUEST_ARGS=--skip-timing] [REQ_S=seconds]
 #   bash scripts/gpu.sh [--portable] [--ncu] [--ncu-step] [--help]
 # --portable: the bench once more on the portable kernels (LEAPQUANT_KERNEL=triton)
 # --ncu, --ncu-step: Nsight Compute on the flush (B=64) / the step (B=256), default kernels
@@ -49,15 +51,20 @@ fi
 if [ "${BENCH_S:-300}" != 0 ]; then
   echo "===== bench" >> "$log"
   timeout "${BENCH_S:-300}" python3 -m leapquant.bench --sections "${SECTIONS:-flush,step,layouts,engine}" $sizes \
-    ${FLUSH_CTAS:+--engine-flush-ctas $FLUSH_CTAS} ${STREAMS:+--engine-streams $STREAMS} ${FAMILIES:+--families $FAMILIES} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+    ${FLUSH_CTAS:+--engine-flush-ctas $FLUSH_CTAS} ${STREAMS:+--engine-streams $STREAMS} ${GROUPS:+--engine-groups $GROUPS} \
+    ${FAMILIES:+--families $FAMILIES} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
   echo "bench: exit $?"; cat "$OUT/bench.log" >> "$log"
   grep -v "^  .* done" "$OUT/bench.log" | sed -n '/^\(flush, every program due\|decode step\|layouts\|engine loop\)/,$p' 
   rm "$OUT/bench.log"
 fi
 for req in ${REQUESTS:-}; do
-  echo "===== request $req" >> "$log"
-  timeout 240 python3 scripts/request_bench.py ".requests/conless-leapquant-$req" > "$OUT/request_$req.log" 2>&1
-  echo "request $req: exit $?"; cat "$OUT/request_$req.log" >> "$log"; grep -E "^\| [0-9]" "$OUT/request_$req.log"
+  for kern in $(echo "${REQUEST_KERNELS:-gluon}" | tr , ' '); do
+    echo "===== request $req, $kern kernels" >> "$log"
+    LEAPQUANT_KERNEL=$kern timeout "${REQ_S:-240}" python3 scripts/request_bench.py ".requests/conless-leapquant-$req" \
+      ${REQUEST_ARGS:-} > "$OUT/request_${req}_$kern.log" 2>&1
+    echo "request $req, $kern: exit $?"; cat "$OUT/request_${req}_$kern.log" >> "$log"
+    grep -E "^\| [0-9]" "$OUT/request_${req}_$kern.log"
+  done
 done
 if [ "${TEST_S:-420}" != 0 ]; then
   echo "===== pytest -m gpu ${TESTS:-tests/}" >> "$log"

@@ -16,17 +16,15 @@ from leapquant.layer import Overlap, decode_inplace
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def _layers(device, n_layers=3, B=5, seed=1):
+def _layers(device, n_layers=3, B=5, seed=1, stacked=False):
     """``n_layers`` pools of B sequences at staggered fill counts (sequence i at i * 3 mod L), and a
-    token's inputs."""
-    pools = []
-    for layer in range(n_layers):
-        pool = Pool(B + 1, device)
+    token's inputs; ``stacked``: the pools as one ``Pool.layers`` stack."""
+    pools = Pool.layers(n_layers, B + 1, device) if stacked else [Pool(B + 1, device) for _ in range(n_layers)]
+    for layer, pool in enumerate(pools):
         x = step_inputs.make("random", B, device, seed + layer)
         for name in step_checks.CKPT + step_checks.WIN:
             getattr(pool, name)[1:] = x[name]
         pool.hcnt[1:] = ((torch.arange(B, device=device) * 3 + layer) % L).to(torch.int32)[:, None]
-        pools.append(pool)
     tok = step_inputs.tokens(B, device, seed + 7)
     params = step_inputs.model_params(device)
     idx = torch.arange(1, B + 1, dtype=torch.int32, device=device)
@@ -63,6 +61,38 @@ def test_without_a_scope_it_is_the_step_then_the_flush():
         flush_inplace(ref[0], idx, q0)
         assert step_checks.same_bits(o, o_ref)
     assert _same(pools, ref)
+
+
+def test_a_stack_flushes_several_layers_in_one_call_as_each_its_own():
+    stacked, args, q0 = _layers("cpu", stacked=True)
+    apart, _, _ = _layers("cpu")
+    idx = args[0].clone()
+    idx[1] = 0  # padding, both kinds
+    idx[3] = -1
+    stack = stacked[0].stack
+    assert stack.num_slots == 3 * 6 and all(p.stack is stack and p.stack_layer == i for i, p in enumerate(stacked))
+    assert stacked[1].raw.data_ptr() == stack.raw.data_ptr() + stacked[0].raw.nbytes  # views, in order
+    ids = stacked[1].stack_ids(idx, 2)
+    assert ids.dtype == torch.int32
+    assert ids.tolist() == [6 + 1, 6, 6 + 3, 6, 6 + 5, 12 + 1, 12, 12 + 3, 12, 12 + 5]
+    for pool in stacked + apart:  # every window full, so that every live id's program is due
+        pool.hcnt[1:] = L
+    before = [p.w.clone() for p in stacked]
+    flush_inplace(stack, stacked[0].stack_ids(idx, 2), q0)  # layers 0 and 1 in one call
+    flush_inplace(stacked[2], idx, q0)
+    for pool in apart:
+        flush_inplace(pool, idx, q0)
+    assert _same(stacked, apart)
+    # slot 1 flushed (its window emptied), slot 2 (replaced by padding) not, in every layer
+    assert all(b[1].any() and not p.w[1].any() and torch.equal(p.w[2], b[2]) for p, b in zip(stacked, before))
+    with pytest.raises(ValueError, match="stack"):
+        stacked[2].stack_ids(idx, 2)
+    with pytest.raises(ValueError, match="stack"):
+        apart[0].stack_ids(idx, 1)
+    with pytest.raises(ValueError, match="num_layers"):
+        Pool.layers(0, 6, "cpu")
+    with pytest.raises(ValueError, match="group"):
+        Overlap("cpu", group=0)
 
 
 @requires_cuda
@@ -107,3 +137,43 @@ def test_overlap_gives_the_serial_bits_eagerly_and_from_a_graph():
         decode_inplace(serial[0], idx, mixed, a, b, A_log, dt_bias, outs["serial"][0], q0, overlap=scope)
     with scope, pytest.raises(RuntimeError, match="already open"):
         scope.__enter__()
+
+
+@requires_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("group", [2, 3])
+def test_grouped_flushes_give_the_serial_bits_eagerly_and_from_a_graph(group):
+    serial, args, q0 = _layers("cuda")
+    eager, _, _ = _layers("cuda", stacked=True)
+    graphed, _, _ = _layers("cuda", stacked=True)
+    idx, mixed, a, b, A_log, dt_bias = args
+    outs = {k: [torch.empty(idx.numel(), H, V, dtype=torch.bfloat16, device="cuda") for _ in serial]
+            for k in ("serial", "eager", "graphed")}
+    scope, scope_g = Overlap("cuda", group=group), Overlap("cuda", group=group)
+
+    def token(pools, o, overlap):
+        with overlap or contextlib.nullcontext():
+            for pool, out in zip(pools, o):
+                decode_inplace(pool, idx, mixed, a, b, A_log, dt_bias, out, q0, overlap=overlap)
+
+    token(serial, outs["serial"], None)
+    token(eager, outs["eager"], scope)
+    token(graphed, outs["graphed"], scope_g)
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        token(graphed, outs["graphed"], scope_g)
+    torch.cuda.current_stream().wait_stream(side)
+    for t in range(2 * L):
+        token(serial, outs["serial"], None)
+        token(eager, outs["eager"], scope)
+        graph.replay()
+        torch.cuda.synchronize()
+        for k in ("eager", "graphed"):
+            assert all(step_checks.same_bits(x, y) for x, y in zip(outs["serial"], outs[k])), (k, t)
+    scope.close()
+    scope_g.close()
+    torch.cuda.synchronize()
+    assert _same(serial, eager) and _same(serial, graphed)
+    assert all(int(p.errors.sum()) == 0 for p in eager + graphed)

@@ -238,6 +238,9 @@ def main(argv=None) -> int:
                     help="engine section: the pools' flush CTAs an SM to compare (e.g. 2,1; default: the kernel's own)")
     ap.add_argument("--engine-streams", type=parse_sizes, default=None,
                     help="engine section: the Overlap scope's side streams to compare (e.g. 1,2,4; default: its own)")
+    ap.add_argument("--engine-groups", type=parse_sizes, default=None,
+                    help="engine section: layers a flush launch to compare (e.g. 1,2,4; default 1), as variants "
+                         "overlap, overlap-g2, ... of one model")
     ap.add_argument("--families", default="kda",
                     help="engine section: the model families' layers to run, comma list of kda, gdn (default kda)")
     ap.add_argument("--skip-timing", action="store_true", help="accuracy only")
@@ -303,7 +306,8 @@ def _report(args, device) -> tuple[int, dict]:
     if timing and "layouts" in args.sections:
         done(*_layouts_section(args.layout_sizes, device))
     if timing and "engine" in args.sections:
-        done(*_engine_section(sizes, device, bandwidth, args.engine_flush_ctas, args.engine_streams, args.families))
+        done(*_engine_section(sizes, device, bandwidth, args.engine_flush_ctas, args.engine_streams, args.families,
+                              args.engine_groups))
     return (0 if all_ok else 1), payload
 
 
@@ -453,10 +457,11 @@ def _layouts_section(sizes, device) -> tuple[dict, str]:
     return {"layouts": rows}, text
 
 
-def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, families=("kda",)) -> tuple[dict, str]:
+def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, families=("kda",),
+                    groups=None) -> tuple[dict, str]:
     """The engine loop (``eval/engine_loop.py``) of each family at every batch size, for each
     flush grid of ``flush_ctas`` (CTAs an SM; None: the kernel's own) and each count of side
-    ``streams``."""
+    ``streams``; ``groups``: layers a flush launch, each its own overlap variant (default 1)."""
     from .eval import engine_loop
 
     rows = []
@@ -465,29 +470,33 @@ def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, fam
             for ctas in flush_ctas or [None]:
                 for n in streams or [None]:
                     rows.append({**engine_loop.run(B, device, bandwidth, streams=n, flush_ctas_per_sm=ctas,
-                                                   family=FAMILIES[name]), "flush_ctas_per_sm": ctas})
+                                                   family=FAMILIES[name], groups=tuple(groups or (1,))),
+                                 "flush_ctas_per_sm": ctas})
             print(f"  engine loop {name} B={B} done", flush=True)
     out, out_mm = [], []
+    extra = [f"overlap-g{g}" for g in (groups or (1,))[1:]]  # the other group sizes' variants
     for r in rows:
         ms, floor = r["ms"], r["floor_ms"]
         fla = ms.get("fla")
         head = [r["family"], r["batch_size"], fmt(r["flush_ctas_per_sm"], "d"), r["flush_streams"]]
         out.append([*head, f"{floor:.4f}", f"{ms['serial']:.4f}", f"{ms['serial'] / floor:.2f}",
-                    f"{ms['overlap']:.4f}", f"{ms['overlap'] / floor:.2f}", f"{ms['step']:.4f}", fmt(fla),
-                    fmt(fla and fla / ms["overlap"], ".2f")])
+                    f"{ms['overlap']:.4f}", f"{ms['overlap'] / floor:.2f}",
+                    *(f"{ms[v]:.4f} ({ms[v] / floor:.2f})" for v in extra), f"{ms['step']:.4f}", fmt(fla),
+                    fmt(fla and fla / min(ms[v] for v in ("overlap", *extra)), ".2f")])
         added = ms["overlap+matmul"] - ms["step+matmul"]
         out_mm.append([*head, f"{r['matmul_ms']:.4f}", f"{ms['step+matmul']:.4f}",
-                       f"{ms['overlap+matmul']:.4f}", f"{ms['serial+matmul']:.4f}", f"{added:.4f}",
+                       f"{ms['overlap+matmul']:.4f}", *(f"{ms[v + '+matmul']:.4f}" for v in extra),
+                       f"{ms['serial+matmul']:.4f}", f"{added:.4f}",
                        f"{r['flush_bytes_ms'] + 0.02 * ms['overlap+matmul']:.4f}", fmt(ms.get("fla+matmul"))])
     floors = "; ".join(f"{n}: ({FAMILIES[n].step_floor_bytes:,} + {FAMILIES[n].flush_floor_bytes:,} / 16) B"
                        for n in families)
     text = (f"engine loop: {engine_loop.LAYERS} layers, one token in one CUDA graph, ms per token and layer "
             f"(median replay); floor a program at the copy bandwidth, {floors}\n"
             + table(["family", "B", "flush CTAs/SM", "streams", "floor", "serial", "x floor", "overlap", "x floor",
-                     "step only", "fla fp32", "fla / overlap"], out)
+                     *(f"{v} (x floor)" for v in extra), "step only", "fla fp32", "fla / best overlap"], out)
             + "\n\nwith a bf16 matmul a layer ([B, 2304] x [2304, 24576]): ms per token and layer; flushes add = "
               "overlap - step only, allowed = their bytes' time + 2% of the token\n"
-            + table(["family", "B", "flush CTAs/SM", "streams", "matmul", "step only", "overlap", "serial",
+            + table(["family", "B", "flush CTAs/SM", "streams", "matmul", "step only", "overlap", *extra, "serial",
                      "flushes add", "allowed", "fla fp32"], out_mm))
     return {"engine_loop": rows}, text
 

@@ -49,21 +49,28 @@ class Overlap:
             more take the first only (there the flushes are bandwidth- and SM-bound, and two at
             once slow the steps beside them more than they gain; measured, ``SPREAD_BELOW``).
 
+        group: consecutive calls whose flushes run as one launch (1: each call its own). Grouped
+            calls are those on the layers of one ``Pool.layers`` stack, in order, with the same
+            ``idx`` and ``q0`` tensors; a group is forked when it is full or the next call cannot
+            join it. One launch pays the flush's fixed cost (the first fetch of its code, the flag
+            scan) once for the group instead of once a layer.
+
     One ``Pool`` per layer, as engines allocate state: a call waits for its pool's flush forked
     earlier in the scope, so two layers on one pool would run one after the other.
 
     On a device other than CUDA the scope holds no streams and each call runs its step and its
     flush in turn (the same code serves both).
 
-    Raises: RuntimeError when a scope is opened twice; ValueError for ``streams < 1`` or a CUDA
-    device without CUDA.
+    Raises: RuntimeError when a scope is opened twice; ValueError for ``streams < 1``, ``group <
+    1`` or a CUDA device without CUDA.
     """
 
-    def __init__(self, device="cuda", streams: int = FLUSH_STREAMS, spread_below: int = SPREAD_BELOW):
+    def __init__(self, device="cuda", streams: int = FLUSH_STREAMS, spread_below: int = SPREAD_BELOW,
+                 group: int = 1):
         device = torch.device(device)
-        if streams < 1:
-            raise ValueError(f"streams must be at least 1, got {streams}")
-        self.device, self.spread_below = device, spread_below
+        if streams < 1 or group < 1:
+            raise ValueError(f"streams and group must be at least 1, got {streams} and {group}")
+        self.device, self.spread_below, self.group = device, spread_below, group
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device is cuda, but CUDA is not available: pass device='cpu'")
         self.sides = [torch.cuda.Stream(device) for _ in range(streams)] if device.type == "cuda" else []
@@ -71,33 +78,33 @@ class Overlap:
         self._events: list[torch.cuda.Event] = []  # made once, reused every token in the same order
         self._used = 0
         self._open = False
-        self._pending = None  # (pool, idx, q0): the last call's flush, not forked yet
-        self._deferred = None  # (pool, idx, q0): the previous scope's last flush
+        self._pending = []  # [(pool, idx, q0)]: the last calls' flushes, not forked yet (one group)
+        self._deferred = []  # the previous scope's last group
         self._inflight: dict[int, torch.cuda.Event] = {}  # id(pool) -> its flush's end, this scope
 
     def __enter__(self) -> "Overlap":
         if self._open:
             raise RuntimeError("this Overlap scope is already open")
         self._open, self._used, self._inflight, self._turn = True, 0, {}, 0
-        if self._deferred is not None:
-            deferred, self._deferred = self._deferred, None
-            self._fork(*deferred)
+        if self._deferred:
+            deferred, self._deferred = self._deferred, []
+            self._fork(deferred)
         return self
 
     def __exit__(self, *exc) -> None:
         self._open = False
         if not self.sides:
             return
-        self._deferred, self._pending = self._pending, None
+        self._deferred, self._pending = self._pending, []
         main = torch.cuda.current_stream(self.device)
         for side in self.sides:  # every fork rejoins
             main.wait_stream(side)
 
     def close(self) -> None:
         """Flush now, on the current stream, what the last scope deferred (no-op if nothing)."""
-        if self._deferred is not None:
-            deferred, self._deferred = self._deferred, None
-            flush_checked(*deferred)
+        deferred, self._deferred = self._deferred, []
+        for call in deferred:
+            flush_checked(*call)
 
     def _event(self) -> torch.cuda.Event:
         if self._used == len(self._events):
@@ -105,19 +112,34 @@ class Overlap:
         self._used += 1
         return self._events[self._used - 1]
 
-    def _fork(self, pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
-        # the flush on the next side stream, after everything issued so far on the current one
+    def _fork(self, calls: list) -> None:
+        # the calls' flushes (one group) on the next side stream, after everything issued so far
+        # on the current one: one launch on their stack, or the one call's own
         main = torch.cuda.current_stream(self.device)
+        pool, idx, q0 = calls[0]
         side = self.sides[self._turn % len(self.sides) if idx.shape[0] < self.spread_below else 0]
         self._turn += 1
         start = self._event()
         start.record(main)
         side.wait_event(start)
         with torch.cuda.stream(side):
-            flush_checked(pool, idx, q0)
+            if len(calls) == 1:
+                flush_checked(pool, idx, q0)
+            else:  # one launch on the stack: each layer's ids moved to its part of it
+                flush_checked(pool.stack, pool.stack_ids(idx, len(calls)), q0)
         done = self._event()
         done.record(side)
-        self._inflight[id(pool)] = done
+        for call in calls:
+            self._inflight[id(call[0])] = done
+
+    def _joins(self, pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> bool:
+        # whether this call's flush can join the pending group: the next layer of the same stack,
+        # the same ids and test vectors, room left
+        if not self._pending or len(self._pending) >= self.group:
+            return False
+        last, last_idx, last_q0 = self._pending[-1]
+        return (pool.stack is not None and pool.stack is last.stack and pool.stack_layer == last.stack_layer + 1
+                and idx is last_idx and q0 is last_q0)
 
     def _step(self, pool: Pool, idx, q0, step) -> None:
         if not self._open:
@@ -127,13 +149,14 @@ class Overlap:
             flush_checked(pool, idx, q0)
             return
         main = torch.cuda.current_stream(self.device)
+        if self._pending and not self._joins(pool, idx, q0):
+            self._fork(self._pending)  # (a pool already pending never joins: it forks here)
+            self._pending = []
         done = self._inflight.pop(id(pool), None)
         if done is not None:  # this pool's flush, forked in this scope, before its step
             main.wait_event(done)
-        if self._pending is not None:
-            self._fork(*self._pending)
         step()
-        self._pending = (pool, idx, q0)
+        self._pending.append((pool, idx, q0))
 
 
 def decode_inplace(pool: Pool, idx: torch.Tensor, mixed: torch.Tensor, a: torch.Tensor, b: torch.Tensor,

@@ -155,7 +155,52 @@ class Pool:
         pool._bind(given, "packed", flush_ctas_per_sm)
         return pool
 
+    @classmethod
+    def layers(cls, num_layers: int, num_slots: int, device="cuda", heads: int = H,
+               flush_ctas_per_sm: int | None = None) -> list["Pool"]:
+        """One packed pool per layer, all views of one allocation (``stack``, a pool of
+        ``num_layers * num_slots`` slots): layer ``l``'s slot ``s`` is ``stack``'s slot
+        ``l * num_slots + s``. Each layer's pool is an ordinary ``Pool`` (its own slot 0 reserved,
+        its own error counter); what the stack adds is that an ``Overlap`` scope can flush
+        several consecutive layers' windows in one launch (``Overlap(group=...)``), which pays the
+        flush's fixed cost a launch (its code's first fetch, the flag scan) once for the group.
+
+        Args: ``num_layers`` >= 1; ``num_slots``, ``device``, ``heads``, ``flush_ctas_per_sm`` as
+        ``Pool``. Returns the layers' pools; each has ``stack`` (the whole) and ``stack_layer``.
+
+        Raises: as ``Pool``; ValueError for ``num_layers < 1``."""
+        num_layers = _check_count("num_layers", num_layers)
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        num_slots = _check_count("num_slots", num_slots)
+        if num_slots < 2:
+            raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
+        whole = cls(num_layers * num_slots, device, heads, flush_ctas_per_sm=flush_ctas_per_sm)
+        names = state_names(cls.family)
+        pools = []
+        for layer in range(num_layers):
+            part = slice(layer * num_slots, (layer + 1) * num_slots)
+            pool = cls.from_tensors(**{n: getattr(whole, n)[part] for n in names}, flush_ctas_per_sm=flush_ctas_per_sm)
+            pool.stack, pool.stack_layer = whole, layer
+            pools.append(pool)
+        # each layer's first slot in the stack, int32 on the device (an Overlap group's offsets)
+        whole.layer_offsets = torch.arange(num_layers, dtype=torch.int32, device=whole.device) * num_slots
+        return pools
+
+    def stack_ids(self, idx: torch.Tensor, count: int) -> torch.Tensor:
+        """The ids, in this pool's ``stack``, of the slots ``idx`` of this layer and the next
+        ``count - 1`` layers (int32 ``[count * N]``, layer by layer; padding, ids <= 0, goes to each
+        layer's reserved slot 0, never flushed). Device ops only: no host synchronisation.
+
+        Raises ValueError unless this pool is a layer of a ``Pool.layers`` stack with ``count``
+        layers from it on."""
+        if self.stack is None or not 1 <= count <= self.stack.layer_offsets.numel() - self.stack_layer:
+            raise ValueError(f"stack_ids of {count} layers: this pool is not a layer of a stack with that many from it on")
+        offsets = self.stack.layer_offsets[self.stack_layer : self.stack_layer + count, None]
+        return (idx.clamp(min=0) + offsets).view(-1)
+
     def _bind(self, tensors: dict, layout: str, flush_ctas_per_sm: int | None):
+        self.stack, self.stack_layer = None, 0  # set by ``Pool.layers``
         for name in state_names(self.family):
             setattr(self, name, tensors[name])
         self.layout = layout
@@ -262,7 +307,8 @@ def checkpoint_views(raw: torch.Tensor, num_slots: int, heads: int, layout: str)
         size = torch.empty((), dtype=dtype).element_size()
         per_word = 4 // size
         strides = (slot_words * per_word, head_words * per_word, *inner_strides)
-        return flat.view(dtype).as_strided(shape, strides, (offset_words * 4 + byte_offset) // size)
+        typed = flat.view(dtype)  # (as_strided's offset counts from the storage's start: raw may be a view)
+        return typed.as_strided(shape, strides, typed.storage_offset() + (offset_words * 4 + byte_offset) // size)
 
     NS, NH = num_slots, heads
     return (view(torch.int8, (NS, NH, V, K), (K, 1), CODES_BYTES), view(torch.float32, (NS, NH, K), (1,), SK_BYTES),

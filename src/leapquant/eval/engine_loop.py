@@ -56,15 +56,17 @@ class Model:
     one token's inputs, and a weight a layer for the matmul."""
 
     def __init__(self, B: int, device, seed: int = 0, layers: int = LAYERS, matmul: bool = True, fla: bool = True,
-                 streams: int | None = None, family: Family = KDA, **pool_kw):
+                 streams: int | None = None, family: Family = KDA, groups=(1,), **pool_kw):
         self.B, self.device, self.layers, self.family = B, torch.device(device), layers, family
         gen = torch.Generator(device=device).manual_seed(seed)
         self.params = model_params(device, family)
         self.q0 = torch.randn(V, R, generator=gen, device=device)
         self.idx = torch.arange(1, B + 1, dtype=torch.int32, device=device)
-        self.pools, self.fills = [], []
-        for layer in range(layers):
-            pool = FAMILY_API[family.name].Pool(B + 1, device, **pool_kw)
+        self.fills = []
+        Pool = FAMILY_API[family.name].Pool
+        # the layers' pools as one stack (``Pool.layers``), so that a scope may flush several a launch
+        self.pools = Pool.layers(layers, B + 1, device, **pool_kw)
+        for layer, pool in enumerate(self.pools):
             x = step_inputs.make("random", B, device, seed=seed * 1000 + layer)
             fill = (torch.arange(B, device=device) % L).to(torch.int32)[:, None].expand(B, pool.heads)
             live = torch.arange(L, device=device) < fill[..., None]  # [B, H, L]
@@ -74,7 +76,6 @@ class Model:
             for view, name in zip(pool.checkpoint + pool.window, ("codes", "s_k", "s_v", "u", "q", *family.window)):
                 view[1:] = x[name]
             pool.hcnt[1:] = fill
-            self.pools.append(pool)
             self.fills.append(pool.hcnt.clone())
         tok = step_inputs.tokens(B, device, seed + 1)
         if family.scalar_gate:  # q and k of each key head, a bias a head
@@ -84,7 +85,11 @@ class Model:
         self.o = torch.empty(B, H, V, dtype=torch.bfloat16, device=device)
         # streams given: that many side streams taken in turn at every batch size (a route to
         # measure); None: the scope's defaults (two, spread only below layer.SPREAD_BELOW sequences)
-        self.overlap = Overlap(device, **({"streams": streams, "spread_below": 1 << 30} if streams else {}))
+        # one scope per flush group size (``groups``; the first is the ``overlap`` variant's, the others
+        # ``overlap-g<n>``)
+        kw = {"streams": streams, "spread_below": 1 << 30} if streams else {}
+        self.overlaps = {overlap_variant(g, groups): Overlap(device, group=g, **kw) for g in groups}
+        self.overlap = self.overlaps["overlap"]
         self.hidden = torch.randn(B, HIDDEN, generator=gen, device=device).bfloat16() if matmul else None
         self.weights = [torch.randn(HIDDEN, PROJECTION, generator=gen, device=device).bfloat16() * 0.02
                         for _ in range(layers)] if matmul else []
@@ -102,7 +107,8 @@ class Model:
     def token(self, variant: str, matmul: bool) -> None:
         """One token of every layer (``VARIANTS``), with or without the matmul a layer."""
         p = self.params
-        scope = self.overlap if variant == "overlap" else contextlib.nullcontext()
+        overlap = self.overlaps.get(variant)
+        scope = overlap or contextlib.nullcontext()
         with scope:
             for layer in range(self.layers):
                 if matmul:
@@ -115,7 +121,7 @@ class Model:
                                                               p["dt_bias"], self.o)
                 else:
                     decode_inplace(pool, self.idx, self.mixed, self.a, self.b, p["A_log"], p["dt_bias"], self.o,
-                                   self.q0, overlap=self.overlap if variant == "overlap" else None)
+                                   self.q0, overlap=overlap)
 
     def restore_fills(self) -> None:
         """The staggered fill counts again (between replays of the ``step`` variant, untimed)."""
@@ -165,27 +171,31 @@ def time_tokens(model: Model, variant: str, matmul: bool, replays: int = REPLAYS
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / model.layers)
-    if variant == "overlap":
-        model.overlap.close()
+    if variant in model.overlaps:
+        model.overlaps[variant].close()
     del graph
     return times
 
 
 def run(B: int, device, bandwidth: float, variants=VARIANTS, rounds: int = 2, seed: int = 0, streams: int | None = None,
-        family: Family = KDA, **pool_kw) -> dict:
+        family: Family = KDA, groups=(1,), **pool_kw) -> dict:
     """The engine loop at batch ``B``: per variant (``VARIANTS``; ``fla`` where it imports) and
     with / without the matmul, the median over ``rounds`` interleaved rounds of each round's
     median replay (ms per token and layer), the floor (ms) at ``bandwidth`` (bytes/s), the
     pools' bytes a slot. Every round runs the variants in the same order on the same model.
-    ``streams``: the ``Overlap`` scope's side streams (None: its default); ``pool_kw`` go to
-    every ``Pool``; ``family``: the layers' (KDA or GDN)."""
+    ``streams``: the ``Overlap`` scope's side streams (None: its default); ``groups``: layers a
+    flush launch (``Overlap(group=...)``), the first the ``overlap`` variant's, each other one a
+    variant ``overlap-g<n>`` after it; ``pool_kw`` go to every ``Pool``; ``family``: the layers'
+    (KDA or GDN)."""
     variants = [v for v in variants if v != "fla" or fla_available()]
-    model = Model(B, device, seed=seed, fla="fla" in variants, streams=streams, family=family, **pool_kw)
+    at = variants.index("overlap") + 1 if "overlap" in variants else len(variants)
+    variants[at:at] = [overlap_variant(g, groups) for g in groups[1:]]
+    model = Model(B, device, seed=seed, fla="fla" in variants, streams=streams, family=family, groups=groups, **pool_kw)
     res = {"family": family.name, "batch_size": B, "layers": model.layers, "replays": REPLAYS,
            "floor_ms": B * H * layer_floor_bytes(family) / bandwidth * 1e3,
            "flush_bytes_ms": B * H * family.flush_floor_bytes / L / bandwidth * 1e3,
            "slot_bytes": model.pools[0].nbytes / model.pools[0].num_slots, "fla_slot_bytes": FLA_STATE_BYTES,
-           "flush_streams": len(model.overlap.sides),
+           "flush_streams": len(model.overlap.sides), "flush_groups": list(groups),
            "rounds": {}}
     for r in range(rounds):
         for matmul in (False, True):
@@ -197,6 +207,12 @@ def run(B: int, device, bandwidth: float, variants=VARIANTS, rounds: int = 2, se
         res["matmul_ms"] = _time_matmul(model)
     res["ms"] = {k: statistics.median(v) for k, v in res["rounds"].items()}
     return res
+
+
+def overlap_variant(group: int, groups) -> str:
+    """The variant name of an ``Overlap`` scope flushing ``group`` layers a launch: ``overlap``
+    for the first of ``groups``, ``overlap-g<group>`` for the others."""
+    return "overlap" if group == groups[0] else f"overlap-g{group}"
 
 
 def _time_matmul(model: Model) -> float:
