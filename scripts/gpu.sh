@@ -8,13 +8,15 @@
 #   [FLUSH_CTAS=2,1: the engine loop at each flush grid] [STREAMS=1,2,4: and each count of side streams]
 #   [FAMILIES=kda,gdn: the engine loop and the decode loop of each model family]
 #   [GROUPS=1,2,4: and each count of layers a flush launch (Overlap(group=...))]
+#   [TILELANG=1: the engine loop's TileLang pair too, the requests' baseline.py in .requests (needs .tilelang)]
 #   [REQUESTS="kda-flush kda-step": each request's own checks and timings (scripts/request_bench.py)
 #    on copies of the NVlabs/kda request folders in .requests/conless-leapquant-NAME (carry .requests)]
 #   [REQUEST_KERNELS=gluon,triton: the requests on each kernel] [REQUEST_ARGS=--skip-timing] [REQ_S=seconds]
 #   bash scripts/gpu.sh [--portable] [--ncu] [--ncu-step] [--help]
 # --portable: the bench once more on the portable kernels (LEAPQUANT_KERNEL=triton)
 # --ncu, --ncu-step: Nsight Compute on the flush (B=64) / the step (B=256), default kernels
-# fla-core travels as wheels in .whl (carry it): installed to a folder on PYTHONPATH.
+# fla-core travels as wheels in .whl (carry it): installed to a folder on PYTHONPATH; TileLang, for the
+# requests' baselines, as .tilelang/site.tar.xz (scripts/pack_tilelang.sh; carry .tilelang).
 set -uo pipefail
 case "${1:-}" in -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
@@ -24,6 +26,10 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 if ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+if [ -f .tilelang/site.tar.xz ]; then  # the requests' TileLang baselines (scripts/pack_tilelang.sh; carry .tilelang)
+  mkdir -p /tmp/tlsite && tar -C /tmp/tlsite -xJf .tilelang/site.tar.xz \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/tlsite LD_LIBRARY_PATH=/tmp/tlsite/z3/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 log="$OUT/gpu.log"
 { date -u; nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"; } > "$log" 2>&1
@@ -51,7 +57,7 @@ fi
 if [ "${BENCH_S:-300}" != 0 ]; then
   echo "===== bench" >> "$log"
   timeout "${BENCH_S:-300}" python3 -m leapquant.bench --sections "${SECTIONS:-flush,step,layouts,engine}" $sizes \
-    ${FLUSH_CTAS:+--engine-flush-ctas $FLUSH_CTAS} ${STREAMS:+--engine-streams $STREAMS} ${GROUPS:+--engine-groups $GROUPS} \
+    ${FLUSH_CTAS:+--engine-flush-ctas $FLUSH_CTAS} ${STREAMS:+--engine-streams $STREAMS} ${GROUPS:+--engine-groups $GROUPS} ${TILELANG:+--requests .requests} \
     ${FAMILIES:+--families $FAMILIES} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
   echo "bench: exit $?"; cat "$OUT/bench.log" >> "$log"
   grep -v "^  .* done" "$OUT/bench.log" | sed -n '/^\(flush, every program due\|decode step\|layouts\|engine loop\)/,$p' 

@@ -1,7 +1,7 @@
 """Run an NVlabs/kda request's own ``benchmark.py`` checks and timings on leapquant, in the
 request's pool layout, on any CUDA card.
 
-    python scripts/request_bench.py REQUEST_DIR [--skip-timing] [--bs 16,256]
+    python scripts/request_bench.py REQUEST_DIR [--skip-timing] [--bs 16,256] [--baseline]
 
 REQUEST_DIR is a copy of one request folder (``benchmark.py``, ``definition.json``,
 ``workloads.jsonl``; e.g. ``requests/conless-leapquant-kda-flush`` of NVlabs/kda). The script
@@ -10,6 +10,9 @@ request's reference) and ``timing`` (its profiler timing, L2-cold) for every bat
 leapquant as the implementation: ``run``, ``Pool(..., layout="request")`` and ``flush_inplace``
 or ``step_inplace`` of the request's family. Only the request's ``main`` is bypassed, because it
 asserts a B200 or B300 card; the card the run used is printed instead. Exits 1 when a case fails.
+``--baseline`` also times the request's own ``baseline.py`` (its TileLang kernels; needs tilelang)
+in the same process, right after leapquant at each batch size, on pools of one size for every
+batch size (the TileLang kernels are compiled for a pool size, so one compile serves them all).
 
 Sources: NVlabs/kda requests conless-leapquant-{kda,gdn}-{flush,step}.
 """
@@ -49,11 +52,24 @@ def implementation(family: str, operation: str):
     return impl
 
 
+def baseline(folder: Path, operation: str, num_slots: int):
+    """The request's ``baseline.py`` as the ``impl`` its ``timing`` takes, every pool of
+    ``num_slots`` slots (at least what timing asks)."""
+    spec = importlib.util.spec_from_file_location("request_baseline", folder / "baseline.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    impl = types.SimpleNamespace(Pool=lambda n, device="cuda": mod.Pool(max(n, num_slots), device), run=mod.run)
+    name = f"{operation}_inplace"
+    setattr(impl, name, getattr(mod, name))
+    return impl
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("request", type=Path, help="folder holding the request's benchmark.py")
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--bs", default="", help="batch sizes (default: the request's workloads)")
+    ap.add_argument("--baseline", action="store_true", help="also time the request's baseline.py (TileLang)")
     a = ap.parse_args(argv)
     name = a.request.resolve().name  # conless-leapquant-<family>-<operation>
     family, operation = name.split("-")[-2:]
@@ -69,8 +85,10 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     print(f"{name} on {torch.cuda.get_device_name(0)}, torch {torch.__version__}: leapquant.{family} "
           f"{operation}, request layout\n")
-    print("| batch_size | programs | worst (structured / second / random) | correctness | latency (ms) |")
-    print("| --- | --- | --- | --- | --- |")
+    base = baseline(a.request, operation, bench.NSETS * max(sizes) + 8) if a.baseline else None
+    print("| batch_size | programs | worst (structured / second / random) | correctness | latency (ms) |"
+          + (" TileLang (ms) | leapquant / TileLang |" if base else ""))
+    print("| --- | --- | --- | --- | --- |" + (" --- | --- |" if base else ""))
     ok_all = True
     for bs in sizes:
         res = bench.check(bs, impl, ref_run, dev)
@@ -78,7 +96,11 @@ def main(argv=None) -> int:
         ok_all &= ok
         t_ms = float("nan") if a.skip_timing else bench.timing(bs, impl, dev)
         worst = " / ".join(f"{r[1]:.4f}" for r in res)
-        print(f"| {bs} | {bs * 32} | {worst} | {'PASS' if ok else 'FAIL'} | {t_ms:.4f} |", flush=True)
+        extra = ""
+        if base:
+            t_base = bench.timing(bs, base, dev)
+            extra = f" {t_base:.4f} | {t_ms / t_base:.3f} |"
+        print(f"| {bs} | {bs * 32} | {worst} | {'PASS' if ok else 'FAIL'} | {t_ms:.4f} |{extra}", flush=True)
     return 0 if ok_all else 1
 
 

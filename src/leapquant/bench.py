@@ -241,6 +241,9 @@ def main(argv=None) -> int:
     ap.add_argument("--engine-groups", type=parse_sizes, default=None,
                     help="engine section: layers a flush launch to compare (e.g. 1,2,4; default 1), as variants "
                          "overlap, overlap-g2, ... of one model")
+    ap.add_argument("--requests", default=None,
+                    help="engine section: folder holding copies of the NVlabs/kda request folders "
+                         "(conless-leapquant-<family>-<operation>): their TileLang step and flush as a variant")
     ap.add_argument("--families", default="kda",
                     help="engine section: the model families' layers to run, comma list of kda, gdn (default kda)")
     ap.add_argument("--skip-timing", action="store_true", help="accuracy only")
@@ -307,7 +310,7 @@ def _report(args, device) -> tuple[int, dict]:
         done(*_layouts_section(args.layout_sizes, device))
     if timing and "engine" in args.sections:
         done(*_engine_section(sizes, device, bandwidth, args.engine_flush_ctas, args.engine_streams, args.families,
-                              args.engine_groups))
+                              args.engine_groups, args.requests))
     return (0 if all_ok else 1), payload
 
 
@@ -458,7 +461,7 @@ def _layouts_section(sizes, device) -> tuple[dict, str]:
 
 
 def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, families=("kda",),
-                    groups=None) -> tuple[dict, str]:
+                    groups=None, requests=None) -> tuple[dict, str]:
     """The engine loop (``eval/engine_loop.py``) of each family at every batch size, for each
     flush grid of ``flush_ctas`` (CTAs an SM; None: the kernel's own) and each count of side
     ``streams``; ``groups``: layers a flush launch, each its own overlap variant (default 1)."""
@@ -470,7 +473,8 @@ def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, fam
             for ctas in flush_ctas or [None]:
                 for n in streams or [None]:
                     rows.append({**engine_loop.run(B, device, bandwidth, streams=n, flush_ctas_per_sm=ctas,
-                                                   family=FAMILIES[name], groups=tuple(groups or (1,))),
+                                                   family=FAMILIES[name], groups=tuple(groups or (1,)),
+                                                   requests=requests),
                                  "flush_ctas_per_sm": ctas})
             print(f"  engine loop {name} B={B} done", flush=True)
     out, out_mm = [], []
@@ -482,7 +486,8 @@ def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, fam
         out.append([*head, f"{floor:.4f}", f"{ms['serial']:.4f}", f"{ms['serial'] / floor:.2f}",
                     f"{ms['overlap']:.4f}", f"{ms['overlap'] / floor:.2f}",
                     *(f"{ms[v]:.4f} ({ms[v] / floor:.2f})" for v in extra), f"{ms['step']:.4f}", fmt(fla),
-                    fmt(fla and fla / min(ms[v] for v in ("overlap", *extra)), ".2f")])
+                    fmt(fla and fla / min(ms[v] for v in ("overlap", *extra)), ".2f"), fmt(ms.get("tilelang")),
+                    fmt(ms.get("tilelang") and ms["tilelang"] / min(ms[v] for v in ("overlap", *extra)), ".2f")])
         added = ms["overlap+matmul"] - ms["step+matmul"]
         out_mm.append([*head, f"{r['matmul_ms']:.4f}", f"{ms['step+matmul']:.4f}",
                        f"{ms['overlap+matmul']:.4f}", *(f"{ms[v + '+matmul']:.4f}" for v in extra),
@@ -493,7 +498,8 @@ def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, fam
     text = (f"engine loop: {engine_loop.LAYERS} layers, one token in one CUDA graph, ms per token and layer "
             f"(median replay); floor a program at the copy bandwidth, {floors}\n"
             + table(["family", "B", "flush CTAs/SM", "streams", "floor", "serial", "x floor", "overlap", "x floor",
-                     *(f"{v} (x floor)" for v in extra), "step only", "fla fp32", "fla / best overlap"], out)
+                     *(f"{v} (x floor)" for v in extra), "step only", "fla fp32", "fla / best overlap",
+                     "TileLang pair", "TileLang / best overlap"], out)
             + "\n\nwith a bf16 matmul a layer ([B, 2304] x [2304, 24576]): ms per token and layer; flushes add = "
               "overlap - step only, allowed = their bytes' time + 2% of the token\n"
             + table(["family", "B", "flush CTAs/SM", "streams", "matmul", "step only", "overlap", *extra, "serial",

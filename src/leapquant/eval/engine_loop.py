@@ -19,7 +19,8 @@ and is the next token of the same sequences. Reported per token and layer, again
 
 Variants: ``serial`` (step, then flush, one stream), ``overlap`` (an ``Overlap`` scope: each
 flush on a side stream beside the next layers), ``step`` (no flush: the fill counts restored
-between replays, outside the timed region). Each also with a bf16 matmul per layer standing for
+between replays, outside the timed region), ``tilelang`` (the requests' own step and flush in turn,
+where their folders are given and tilelang imports). Each also with a bf16 matmul per layer standing for
 the rest of the model (``[B, 2304] x [2304, 24576]``, Kimi-Linear's hidden size, a weight a
 layer). Source: LeapQuant (arXiv 2609.38166); NVlabs/kda requests conless-leapquant-kda-step and
 conless-leapquant-kda-flush.
@@ -35,7 +36,7 @@ import torch
 from ..family import KDA, Family
 from ..geometry import H, K, L, R, V
 from ..layer import Overlap, decode_inplace
-from . import gdn_inputs, step_inputs
+from . import gdn_inputs, request_baselines, step_inputs
 from .step_loop import FAMILY_API, model_params
 
 LAYERS = 8
@@ -56,7 +57,8 @@ class Model:
     one token's inputs, and a weight a layer for the matmul."""
 
     def __init__(self, B: int, device, seed: int = 0, layers: int = LAYERS, matmul: bool = True, fla: bool = True,
-                 streams: int | None = None, family: Family = KDA, groups=(1,), **pool_kw):
+                 streams: int | None = None, family: Family = KDA, groups=(1,), requests: str | None = None,
+                 **pool_kw):
         self.B, self.device, self.layers, self.family = B, torch.device(device), layers, family
         gen = torch.Generator(device=device).manual_seed(seed)
         self.params = model_params(device, family)
@@ -103,6 +105,8 @@ class Model:
         self.fla_a = (self.a[..., None].expand(B, H, K) if family.scalar_gate else self.a).unsqueeze(1).contiguous()
         self.fla_dt_bias = (self.params["dt_bias"][:, None].expand(H, K) if family.scalar_gate
                             else self.params["dt_bias"]).contiguous()
+        # the requests' TileLang kernels, a pair a layer, from the same states (``requests``: their folders' parent)
+        self.pairs = [request_baselines.Pair(requests, pool, family) for pool in self.pools] if requests else []
 
     def token(self, variant: str, matmul: bool) -> None:
         """One token of every layer (``VARIANTS``), with or without the matmul a layer."""
@@ -116,6 +120,9 @@ class Model:
                 pool = self.pools[layer]
                 if variant == "fla":
                     _fla_step(self, layer)
+                elif variant == "tilelang":
+                    self.pairs[layer].decode(self.idx, self.mixed, self.a, self.b, p["A_log"], p["dt_bias"], self.o,
+                                             self.q0)
                 elif variant == "step":
                     FAMILY_API[self.family.name].step_inplace(pool, self.idx, self.mixed, self.a, self.b, p["A_log"],
                                                               p["dt_bias"], self.o)
@@ -178,7 +185,7 @@ def time_tokens(model: Model, variant: str, matmul: bool, replays: int = REPLAYS
 
 
 def run(B: int, device, bandwidth: float, variants=VARIANTS, rounds: int = 2, seed: int = 0, streams: int | None = None,
-        family: Family = KDA, groups=(1,), **pool_kw) -> dict:
+        family: Family = KDA, groups=(1,), requests: str | None = None, **pool_kw) -> dict:
     """The engine loop at batch ``B``: per variant (``VARIANTS``; ``fla`` where it imports) and
     with / without the matmul, the median over ``rounds`` interleaved rounds of each round's
     median replay (ms per token and layer), the floor (ms) at ``bandwidth`` (bytes/s), the
@@ -186,11 +193,16 @@ def run(B: int, device, bandwidth: float, variants=VARIANTS, rounds: int = 2, se
     ``streams``: the ``Overlap`` scope's side streams (None: its default); ``groups``: layers a
     flush launch (``Overlap(group=...)``), the first the ``overlap`` variant's, each other one a
     variant ``overlap-g<n>`` after it; ``pool_kw`` go to every ``Pool``; ``family``: the layers'
-    (KDA or GDN)."""
+    (KDA or GDN); ``requests``: the parent folder of the NVlabs/kda request folders, for the
+    ``tilelang`` variant (their step then flush, ``request_baselines``) where tilelang imports."""
     variants = [v for v in variants if v != "fla" or fla_available()]
+    requests = requests if request_baselines.available(requests, family) else None
+    if requests:
+        variants.append("tilelang")
     at = variants.index("overlap") + 1 if "overlap" in variants else len(variants)
     variants[at:at] = [overlap_variant(g, groups) for g in groups[1:]]
-    model = Model(B, device, seed=seed, fla="fla" in variants, streams=streams, family=family, groups=groups, **pool_kw)
+    model = Model(B, device, seed=seed, fla="fla" in variants, streams=streams, family=family, groups=groups,
+                  requests=requests, **pool_kw)
     res = {"family": family.name, "batch_size": B, "layers": model.layers, "replays": REPLAYS,
            "floor_ms": B * H * layer_floor_bytes(family) / bandwidth * 1e3,
            "flush_bytes_ms": B * H * family.flush_floor_bytes / L / bandwidth * 1e3,
@@ -201,7 +213,14 @@ def run(B: int, device, bandwidth: float, variants=VARIANTS, rounds: int = 2, se
         for matmul in (False, True):
             for variant in variants:
                 key = f"{variant}{'+matmul' if matmul else ''}"
-                t = time_tokens(model, variant, matmul)
+                try:
+                    t = time_tokens(model, variant, matmul)
+                except Exception as err:  # an outside kernel (fla's, the requests') may fail to capture
+                    if variant in ("fla", "tilelang"):
+                        res.setdefault("errors", {})[key] = repr(err)[:300]
+                        torch.cuda.synchronize(model.device)
+                        continue
+                    raise
                 res["rounds"].setdefault(key, []).append(statistics.median(t))
     if model.weights:
         res["matmul_ms"] = _time_matmul(model)
