@@ -97,14 +97,16 @@ def test_a_stack_flushes_several_layers_in_one_call_as_each_its_own():
 
 @requires_cuda
 @pytest.mark.gpu
-def test_overlap_gives_the_serial_bits_eagerly_and_from_a_graph():
+@pytest.mark.parametrize("group", [1, 2, 3])
+def test_overlap_gives_the_serial_bits_eagerly_and_from_a_graph(group):
+    # group > 1: the layers' pools as one stack, flushed `group` layers a launch
     serial, args, q0 = _layers("cuda")
-    eager, _, _ = _layers("cuda")
-    graphed, _, _ = _layers("cuda")
+    eager, _, _ = _layers("cuda", stacked=group > 1)
+    graphed, _, _ = _layers("cuda", stacked=group > 1)
     idx, mixed, a, b, A_log, dt_bias = args
     outs = {k: [torch.empty(idx.numel(), H, V, dtype=torch.bfloat16, device="cuda") for _ in serial]
             for k in ("serial", "eager", "graphed")}
-    scope, scope_g = Overlap("cuda"), Overlap("cuda")
+    scope, scope_g = Overlap("cuda", group=group), Overlap("cuda", group=group)
 
     def token(pools, o, overlap):
         with overlap or contextlib.nullcontext():
@@ -138,42 +140,3 @@ def test_overlap_gives_the_serial_bits_eagerly_and_from_a_graph():
     with scope, pytest.raises(RuntimeError, match="already open"):
         scope.__enter__()
 
-
-@requires_cuda
-@pytest.mark.gpu
-@pytest.mark.parametrize("group", [2, 3])
-def test_grouped_flushes_give_the_serial_bits_eagerly_and_from_a_graph(group):
-    serial, args, q0 = _layers("cuda")
-    eager, _, _ = _layers("cuda", stacked=True)
-    graphed, _, _ = _layers("cuda", stacked=True)
-    idx, mixed, a, b, A_log, dt_bias = args
-    outs = {k: [torch.empty(idx.numel(), H, V, dtype=torch.bfloat16, device="cuda") for _ in serial]
-            for k in ("serial", "eager", "graphed")}
-    scope, scope_g = Overlap("cuda", group=group), Overlap("cuda", group=group)
-
-    def token(pools, o, overlap):
-        with overlap or contextlib.nullcontext():
-            for pool, out in zip(pools, o):
-                decode_inplace(pool, idx, mixed, a, b, A_log, dt_bias, out, q0, overlap=overlap)
-
-    token(serial, outs["serial"], None)
-    token(eager, outs["eager"], scope)
-    token(graphed, outs["graphed"], scope_g)
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
-        token(graphed, outs["graphed"], scope_g)
-    torch.cuda.current_stream().wait_stream(side)
-    for t in range(2 * L):
-        token(serial, outs["serial"], None)
-        token(eager, outs["eager"], scope)
-        graph.replay()
-        torch.cuda.synchronize()
-        for k in ("eager", "graphed"):
-            assert all(step_checks.same_bits(x, y) for x, y in zip(outs["serial"], outs[k])), (k, t)
-    scope.close()
-    scope_g.close()
-    torch.cuda.synchronize()
-    assert _same(serial, eager) and _same(serial, graphed)
-    assert all(int(p.errors.sum()) == 0 for p in eager + graphed)
