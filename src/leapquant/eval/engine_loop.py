@@ -105,8 +105,8 @@ class Model:
         self.fla_a = (self.a[..., None].expand(B, H, K) if family.scalar_gate else self.a).unsqueeze(1).contiguous()
         self.fla_dt_bias = (self.params["dt_bias"][:, None].expand(H, K) if family.scalar_gate
                             else self.params["dt_bias"]).contiguous()
-        # the requests' TileLang kernels, a pair a layer, from the same states (``requests``: their folders' parent)
-        self.pairs = [request_baselines.Pair(requests, pool, family) for pool in self.pools] if requests else []
+        # the requests' TileLang kernels on the same states (``requests``: their folders' parent)
+        self.baseline = request_baselines.Layers(requests, self.pools, family) if requests else None
 
     def token(self, variant: str, matmul: bool) -> None:
         """One token of every layer (``VARIANTS``), with or without the matmul a layer."""
@@ -121,8 +121,8 @@ class Model:
                 if variant == "fla":
                     _fla_step(self, layer)
                 elif variant == "tilelang":
-                    self.pairs[layer].decode(self.idx, self.mixed, self.a, self.b, p["A_log"], p["dt_bias"], self.o,
-                                             self.q0)
+                    self.baseline.decode(layer, self.idx, self.mixed, self.a, self.b, p["A_log"], p["dt_bias"], self.o,
+                                         self.q0)
                 elif variant == "step":
                     FAMILY_API[self.family.name].step_inplace(pool, self.idx, self.mixed, self.a, self.b, p["A_log"],
                                                               p["dt_bias"], self.o)
