@@ -7,7 +7,7 @@
 #   [SECTIONS=flush,step,layouts,engine] [SIZES=16,32,64,128,256,512] [LOOP_S=seconds, 0: no loop]
 #   [FLUSH_CTAS=2,1: the engine loop at each flush grid] [STREAMS=1,2,4: and each count of side streams]
 #   [FAMILIES=kda,gdn: the engine loop and the decode loop of each model family]
-#   [GROUPS=1,2,4: and each count of layers a flush launch (Overlap(group=...))]
+#   [FLUSH_GROUPS=1,2,4: and each count of layers a flush launch (Overlap(group=...))]
 #   [TILELANG=1: the engine loop's TileLang pair too, the requests' baseline.py in .requests (needs .tilelang)]
 #   [REQUESTS="kda-flush kda-step": each request's own checks and timings (scripts/request_bench.py)
 #    on copies of the NVlabs/kda request folders in .requests/conless-leapquant-NAME (carry .requests)]
@@ -18,7 +18,7 @@
 # fla-core travels as wheels in .whl (carry it): installed to a folder on PYTHONPATH; TileLang, for the
 # requests' baselines, as .tilelang/site.tar.xz (scripts/pack_tilelang.sh; carry .tilelang).
 set -uo pipefail
-case "${1:-}" in -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -57,7 +57,7 @@ fi
 if [ "${BENCH_S:-300}" != 0 ]; then
   echo "===== bench" >> "$log"
   timeout "${BENCH_S:-300}" python3 -m leapquant.bench --sections "${SECTIONS:-flush,step,layouts,engine}" $sizes \
-    ${FLUSH_CTAS:+--engine-flush-ctas $FLUSH_CTAS} ${STREAMS:+--engine-streams $STREAMS} ${GROUPS:+--engine-groups $GROUPS} ${TILELANG:+--requests .requests} \
+    ${FLUSH_CTAS:+--engine-flush-ctas $FLUSH_CTAS} ${STREAMS:+--engine-streams $STREAMS} ${FLUSH_GROUPS:+--engine-groups $FLUSH_GROUPS} ${TILELANG:+--requests .requests} \
     ${FAMILIES:+--families $FAMILIES} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
   echo "bench: exit $?"; cat "$OUT/bench.log" >> "$log"
   grep -v "^  .* done" "$OUT/bench.log" | sed -n '/^\(flush, every program due\|decode step\|layouts\|engine loop\)/,$p' 

@@ -3,7 +3,7 @@
 # network: .tilelang/site.tar.xz, a site folder for Python 3.12 on x86_64 that scripts/gpu.sh unpacks
 # onto PYTHONPATH. Under the 64 MiB a device call carries: the wheels of tilelang, apache-tvm-ffi and
 # torch-c-dlpack-ext whole, and of z3-solver only libz3 (tilelang's compiler links it).
-#   bash scripts/pack_tilelang.sh [TILELANG_VERSION (default 0.1.15)]
+#   bash scripts/pack_tilelang.sh [TILELANG_VERSION (default 0.1.12, the version the requests name)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ver=${1:-0.1.12}  # the requests' baseline.py name 0.1.12

@@ -11,7 +11,7 @@ leapquant as the implementation: ``run``, ``Pool(..., layout="request")`` and ``
 or ``step_inplace`` of the request's family. Only the request's ``main`` is bypassed, because it
 asserts a B200 or B300 card; the card the run used is printed instead. Exits 1 when a case fails.
 ``--baseline`` also times the request's own ``baseline.py`` (its TileLang kernels; needs tilelang)
-in the same process, right after leapquant at each batch size, on pools of one size for every
+in the same process, after leapquant's rows, on pools of one size for every
 batch size (the TileLang kernels are compiled for a pool size, so one compile serves them all).
 
 Sources: NVlabs/kda requests conless-leapquant-{kda,gdn}-{flush,step}.

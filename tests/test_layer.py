@@ -74,7 +74,7 @@ def test_a_stack_flushes_several_layers_in_one_call_as_each_its_own():
     assert stacked[1].raw.data_ptr() == stack.raw.data_ptr() + stacked[0].raw.nbytes  # views, in order
     ids = stacked[1].stack_ids(idx, 2)
     assert ids.dtype == torch.int32
-    assert ids.tolist() == [6 + 1, 6, 6 + 3, 6, 6 + 5, 12 + 1, 12, 12 + 3, 12, 12 + 5]
+    assert ids.tolist() == [6 + 1, 0, 6 + 3, 0, 6 + 5, 12 + 1, 0, 12 + 3, 0, 12 + 5]  # padding: 0, skipped
     for pool in stacked + apart:  # every window full, so that every live id's program is due
         pool.hcnt[1:] = L
     before = [p.w.clone() for p in stacked]
@@ -89,6 +89,8 @@ def test_a_stack_flushes_several_layers_in_one_call_as_each_its_own():
         stacked[2].stack_ids(idx, 2)
     with pytest.raises(ValueError, match="stack"):
         apart[0].stack_ids(idx, 1)
+    with pytest.raises(TypeError, match="int32"):
+        stacked[0].stack_ids(idx.long(), 2)
     with pytest.raises(ValueError, match="num_layers"):
         Pool.layers(0, 6, "cpu")
     with pytest.raises(ValueError, match="group"):
@@ -97,12 +99,13 @@ def test_a_stack_flushes_several_layers_in_one_call_as_each_its_own():
 
 @requires_cuda
 @pytest.mark.gpu
-@pytest.mark.parametrize("group", [1, 2, 3])
-def test_overlap_gives_the_serial_bits_eagerly_and_from_a_graph(group):
-    # group > 1: the layers' pools as one stack, flushed `group` layers a launch
-    serial, args, q0 = _layers("cuda")
-    eager, _, _ = _layers("cuda", stacked=group > 1)
-    graphed, _, _ = _layers("cuda", stacked=group > 1)
+@pytest.mark.parametrize("group,n_layers", [(1, 3), (2, 3), (3, 3), (2, 8)])
+def test_overlap_gives_the_serial_bits_eagerly_and_from_a_graph(group, n_layers):
+    # group > 1: the layers' pools as one stack, flushed `group` layers a launch; with 8 layers in
+    # groups of 2, two group launches on the stack run at once on the two side streams
+    serial, args, q0 = _layers("cuda", n_layers)
+    eager, _, _ = _layers("cuda", n_layers, stacked=group > 1)
+    graphed, _, _ = _layers("cuda", n_layers, stacked=group > 1)
     idx, mixed, a, b, A_log, dt_bias = args
     outs = {k: [torch.empty(idx.numel(), H, V, dtype=torch.bfloat16, device="cuda") for _ in serial]
             for k in ("serial", "eager", "graphed")}

@@ -8,13 +8,17 @@ previous call's flush onto one of the scope's side streams (after that call's st
 own step on the current stream; the scope's exit joins the side streams into the current one, as a
 CUDA-graph capture requires, and defers the last call's flush to the next scope's entry, so that
 no flush is exposed at a token's end. Events only: no host synchronisation, nothing allocated
-after the first token, capturable (one graph per batch size covering the scope).
+after the first token but a grouped flush's ids (``Overlap(group=...)``: a few bytes a layer on
+the side stream, from the caching allocator), capturable (one graph per batch size covering the
+scope).
 
 Source: LeapQuant (arXiv 2609.38166); NVlabs/kda requests conless-leapquant-kda-flush and
 conless-leapquant-kda-step.
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 
@@ -81,6 +85,7 @@ class Overlap:
         self._pending = []  # [(pool, idx, q0)]: the last calls' flushes, not forked yet (one group)
         self._deferred = []  # the previous scope's last group
         self._inflight: dict[int, torch.cuda.Event] = {}  # id(pool) -> its flush's end, this scope
+        self._stacks: dict[tuple, Pool] = {}  # (id(stack), id(side stream)) -> the stack with that stream's scratch
 
     def __enter__(self) -> "Overlap":
         if self._open:
@@ -126,11 +131,21 @@ class Overlap:
             if len(calls) == 1:
                 flush_checked(pool, idx, q0)
             else:  # one launch on the stack: each layer's ids moved to its part of it
-                flush_checked(pool.stack, pool.stack_ids(idx, len(calls)), q0)
+                flush_checked(self._stack_on(pool.stack, side), pool.stack_ids(idx, len(calls)), q0)
         done = self._event()
         done.record(side)
         for call in calls:
             self._inflight[id(call[0])] = done
+
+    def _stack_on(self, stack: Pool, side: torch.cuda.Stream) -> Pool:
+        # the stack with flush scratch (``picks``) of this side stream's own: two group launches
+        # on one stack may run at once on two side streams, and the scratch is per launch
+        key = (id(stack), id(side))
+        if key not in self._stacks:
+            twin = copy.copy(stack)
+            twin.picks = torch.empty_like(stack.picks)
+            self._stacks[key] = twin
+        return self._stacks[key]
 
     def _joins(self, pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> bool:
         # whether this call's flush can join the pending group: the next layer of the same stack,
@@ -171,7 +186,7 @@ def decode_inplace(pool: Pool, idx: torch.Tensor, mixed: torch.Tensor, a: torch.
     call's flush forked onto a side stream of the scope when the next call in the scope comes (after
     this step), or deferred to the next scope (the last call of a token), so that it runs beside
     the model's other work. Either way no host synchronisation, nothing allocated (after a
-    scope's first token), capturable in a CUDA graph; the arguments and their errors are those of
+    scope's first token; a grouped flush's ids aside), capturable in a CUDA graph; the arguments and their errors are those of
     ``step_inplace`` and ``flush_inplace``.
 
     Args (``N = len(idx)``, ``NH = pool.heads``): ``pool``, ``idx``, ``mixed``, ``a``, ``b``,

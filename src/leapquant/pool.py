@@ -91,6 +91,9 @@ class Pool:
         them: programs whose step met a full window never flushed, and out-of-domain states
         ``write_state`` stored); nothing resets it but the caller (``errors.zero_()``).
         nbytes: bytes of every tensor the pool holds (state and scratch).
+        stack, stack_layer: the whole and this pool's layer in it, for a layer of ``Pool.layers``
+        (else None, 0); the whole has ``layer_offsets``, int32 ``[num_layers]``, each layer's
+        first slot.
         kernel, step_kernel: the flush and step kernels this pool runs ("gluon" or "triton"; None
         on CPU), and kernel_reason, why (``leapquant.kernel.decide``).
 
@@ -188,16 +191,18 @@ class Pool:
         return pools
 
     def stack_ids(self, idx: torch.Tensor, count: int) -> torch.Tensor:
-        """The ids, in this pool's ``stack``, of the slots ``idx`` of this layer and the next
-        ``count - 1`` layers (int32 ``[count * N]``, layer by layer; padding, ids <= 0, goes to each
-        layer's reserved slot 0, never flushed). Device ops only: no host synchronisation.
+        """The ids, in this pool's ``stack``, of the slots ``idx`` (int32 ``[N]``) of this layer and
+        the next ``count - 1`` layers: int32 ``[count * N]``, layer by layer, padding (ids <= 0)
+        kept at 0 (the stack's reserved slot 0, never flushed). Device ops only, no host
+        synchronisation; the result is a new tensor (small temporaries from the caching allocator).
 
-        Raises ValueError unless this pool is a layer of a ``Pool.layers`` stack with ``count``
-        layers from it on."""
+        Raises TypeError unless ``idx`` is an int32 tensor, ValueError unless it is 1-D and this
+        pool a layer of a ``Pool.layers`` stack with ``count`` layers from it on."""
         if self.stack is None or not 1 <= count <= self.stack.layer_offsets.numel() - self.stack_layer:
             raise ValueError(f"stack_ids of {count} layers: this pool is not a layer of a stack with that many from it on")
+        check_index_tensor("idx", idx, self)
         offsets = self.stack.layer_offsets[self.stack_layer : self.stack_layer + count, None]
-        return (idx.clamp(min=0) + offsets).view(-1)
+        return torch.where(idx > 0, idx + offsets, 0).view(-1)
 
     def _bind(self, tensors: dict, layout: str, flush_ctas_per_sm: int | None):
         self.stack, self.stack_layer = None, 0  # set by ``Pool.layers``

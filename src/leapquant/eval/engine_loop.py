@@ -106,7 +106,12 @@ class Model:
         self.fla_dt_bias = (self.params["dt_bias"][:, None].expand(H, K) if family.scalar_gate
                             else self.params["dt_bias"]).contiguous()
         # the requests' TileLang kernels on the same states (``requests``: their folders' parent)
-        self.baseline = request_baselines.Layers(requests, self.pools, family) if requests else None
+        self.baseline, self.baseline_error = None, None
+        if requests:
+            try:
+                self.baseline = request_baselines.Layers(requests, self.pools, family)
+            except Exception as err:  # their compile: the variant is dropped, the reason kept
+                self.baseline_error = repr(err)[:300]
 
     def token(self, variant: str, matmul: bool) -> None:
         """One token of every layer (``VARIANTS``), with or without the matmul a layer."""
@@ -196,19 +201,25 @@ def run(B: int, device, bandwidth: float, variants=VARIANTS, rounds: int = 2, se
     (KDA or GDN); ``requests``: the parent folder of the NVlabs/kda request folders, for the
     ``tilelang`` variant (their step then flush, ``request_baselines``) where tilelang imports."""
     variants = [v for v in variants if v != "fla" or fla_available()]
-    requests = requests if request_baselines.available(requests, family) else None
+    errors = {}
+    if requests and not request_baselines.available(requests, family):
+        errors["tilelang"] = request_baselines.UNAVAILABLE.get((requests, family.name))
+        requests = None
     if requests:
         variants.append("tilelang")
     at = variants.index("overlap") + 1 if "overlap" in variants else len(variants)
     variants[at:at] = [overlap_variant(g, groups) for g in groups[1:]]
     model = Model(B, device, seed=seed, fla="fla" in variants, streams=streams, family=family, groups=groups,
                   requests=requests, **pool_kw)
+    if requests and model.baseline is None:
+        variants.remove("tilelang")
+        errors["tilelang"] = model.baseline_error
     res = {"family": family.name, "batch_size": B, "layers": model.layers, "replays": REPLAYS,
            "floor_ms": B * H * layer_floor_bytes(family) / bandwidth * 1e3,
            "flush_bytes_ms": B * H * family.flush_floor_bytes / L / bandwidth * 1e3,
            "slot_bytes": model.pools[0].nbytes / model.pools[0].num_slots, "fla_slot_bytes": FLA_STATE_BYTES,
            "flush_streams": len(model.overlap.sides), "flush_groups": list(groups),
-           "rounds": {}}
+           "rounds": {}, **({"errors": errors} if errors else {})}
     for r in range(rounds):
         for matmul in (False, True):
             for variant in variants:

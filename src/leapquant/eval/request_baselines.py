@@ -34,14 +34,19 @@ def baseline(folder: str, family: str, operation: str):
     return mod
 
 
+UNAVAILABLE: dict = {}  # (folder, family name) -> why its baselines did not import
+
+
 def available(folder: str | None, family: Family) -> bool:
-    """Whether both of ``family``'s baselines import from ``folder`` (tilelang present)."""
+    """Whether both of ``family``'s baselines import from ``folder`` (tilelang present); why
+    not is kept in ``UNAVAILABLE``."""
     if not folder:
         return False
     try:
         baseline(folder, family.name, "step")
         baseline(folder, family.name, "flush")
-    except (ImportError, OSError):
+    except Exception as err:  # a missing file, tilelang or one of its libraries
+        UNAVAILABLE[(folder, family.name)] = repr(err)[:300]
         return False
     return True
 
@@ -49,7 +54,13 @@ def available(folder: str | None, family: Family) -> bool:
 class Layers:
     """The layers' states on the requests' kernels: one pool in the requests' layout (``SLOTS``
     slots; a flush-request pool and a step-request pool sharing every tensor), layer ``l`` in
-    slots ``l * LAYER_SLOTS + 1 ..``, its contents copied from ``pools[l]`` (ours, any layout)."""
+    slots ``l * LAYER_SLOTS + 1 ..``, its contents copied from ``pools[l]`` (ours, any layout).
+    Building it compiles the requests' kernels (tilelang, nvcc). Each layer's ids are made once
+    a ``(layer, idx)`` and kept: an ``idx`` rewritten in place is not seen (the engine loop's is
+    fixed).
+
+    Raises: ValueError for more layers or slots than ``SLOTS`` holds; whatever the requests'
+    modules raise (a compile that fails)."""
 
     def __init__(self, folder: str, pools: list, family: Family):
         if len(pools) * LAYER_SLOTS > SLOTS or any(p.num_slots > LAYER_SLOTS for p in pools):
