@@ -82,6 +82,7 @@ class Overlap:
         self._events: list[torch.cuda.Event] = []  # made once, reused every token in the same order
         self._used = 0
         self._open = False
+        self._forked: list = []  # side streams this scope forked onto
         self._pending = []  # [(pool, idx, q0)]: the last calls' flushes, not forked yet (one group)
         self._deferred = []  # the previous scope's last group
         self._inflight: dict[int, torch.cuda.Event] = {}  # id(pool) -> its flush's end, this scope
@@ -90,7 +91,7 @@ class Overlap:
     def __enter__(self) -> "Overlap":
         if self._open:
             raise RuntimeError("this Overlap scope is already open")
-        self._open, self._used, self._inflight, self._turn = True, 0, {}, 0
+        self._open, self._used, self._inflight, self._turn, self._forked = True, 0, {}, 0, []
         if self._deferred:
             deferred, self._deferred = self._deferred, []
             self._fork(deferred)
@@ -102,8 +103,8 @@ class Overlap:
             return
         self._deferred, self._pending = self._pending, []
         main = torch.cuda.current_stream(self.device)
-        for side in self.sides:  # every fork rejoins
-            main.wait_stream(side)
+        for side in self._forked:  # every fork rejoins (only streams this scope used: a capture
+            main.wait_stream(side)  # cannot wait on a stream it never forked)
 
     def close(self) -> None:
         """Flush now, on the current stream, what the last scope deferred (no-op if nothing)."""
@@ -124,6 +125,8 @@ class Overlap:
         pool, idx, q0 = calls[0]
         side = self.sides[self._turn % len(self.sides) if idx.shape[0] < self.spread_below else 0]
         self._turn += 1
+        if side not in self._forked:
+            self._forked.append(side)
         start = self._event()
         start.record(main)
         side.wait_event(start)
