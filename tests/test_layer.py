@@ -11,7 +11,7 @@ import torch
 import step_checks
 from leapquant.eval import step_inputs
 from leapquant.kda import H, L, R, V, Pool, flush_inplace, step_inplace
-from leapquant.layer import Overlap, decode_inplace
+from leapquant.layer import FLUSH_GROUP, Overlap, decode_inplace, flush_group
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -95,6 +95,13 @@ def test_a_stack_flushes_several_layers_in_one_call_as_each_its_own():
         Pool.layers(0, 6, "cpu")
     with pytest.raises(ValueError, match="group"):
         Overlap("cpu", group=0)
+
+
+def test_the_scope_groups_where_a_group_fits_beside_the_steps_or_one_layer_fills_the_grid():
+    # 132 SMs off CUDA, 32 heads: due programs a layer = N * 32 / 16
+    assert [flush_group(n, 32, "cpu") for n in (1, 16, 17, 64, 128, 132, 256, 512)] == \
+        [FLUSH_GROUP, FLUSH_GROUP, 1, 1, 1, FLUSH_GROUP, FLUSH_GROUP, FLUSH_GROUP]
+    assert flush_group(64, 4, "cpu") == FLUSH_GROUP  # 16 due a layer at 4 heads
 
 
 @requires_cuda

@@ -239,8 +239,8 @@ def main(argv=None) -> int:
     ap.add_argument("--engine-streams", type=parse_sizes, default=None,
                     help="engine section: the Overlap scope's side streams to compare (e.g. 1,2,4; default: its own)")
     ap.add_argument("--engine-groups", type=parse_sizes, default=None,
-                    help="engine section: layers a flush launch to compare (e.g. 1,2,4; default 1), as variants "
-                         "overlap, overlap-g2, ... of one model")
+                    help="engine section: layers a flush launch to compare (e.g. 1,4), as variants overlap-g1, "
+                         "overlap-g4, ... beside overlap (the scope's own choice) of one model")
     ap.add_argument("--requests", default=None,
                     help="engine section: folder holding copies of the NVlabs/kda request folders "
                          "(conless-leapquant-<family>-<operation>): their TileLang step and flush as a variant")
@@ -464,7 +464,8 @@ def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, fam
                     groups=None, requests=None) -> tuple[dict, str]:
     """The engine loop (``eval/engine_loop.py``) of each family at every batch size, for each
     flush grid of ``flush_ctas`` (CTAs an SM; None: the kernel's own) and each count of side
-    ``streams``; ``groups``: layers a flush launch, each its own overlap variant (default 1)."""
+    ``streams``; ``groups``: layers a flush launch to compare, each its own overlap variant beside
+    ``overlap``, the scope's own choice."""
     from .eval import engine_loop
 
     rows = []
@@ -473,14 +474,14 @@ def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, fam
             for ctas in flush_ctas or [None]:
                 for n in streams or [None]:
                     rows.append({**engine_loop.run(B, device, bandwidth, streams=n, flush_ctas_per_sm=ctas,
-                                                   family=FAMILIES[name], groups=tuple(dict.fromkeys(groups or (1,))),
+                                                   family=FAMILIES[name], groups=tuple(dict.fromkeys(groups or ())),
                                                    requests=requests),
                                  "flush_ctas_per_sm": ctas})
             for r in rows[-len(flush_ctas or [None]) * len(streams or [None]):]:  # each as measured, in case the run is cut
                 print(f"  engine loop {name} B={B} floor {r['floor_ms']:.4f}: "
                       + ", ".join(f"{k} {v:.4f}" for k, v in r["ms"].items()) + f" {r.get('errors', '')}", flush=True)
     out, out_mm = [], []
-    extra = [f"overlap-g{g}" for g in tuple(dict.fromkeys(groups or (1,)))[1:]]  # the other group sizes' variants
+    extra = [f"overlap-g{g}" for g in dict.fromkeys(groups or ())]  # the other group sizes' variants
     for r in rows:
         ms, floor = r["ms"], r["floor_ms"]
         fla = ms.get("fla")

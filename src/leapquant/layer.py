@@ -23,6 +23,8 @@ import copy
 import torch
 
 from .format import check_q0
+from .geometry import L
+from .launch import MOST_CTAS_PER_SM
 from .interface import check_step_call, flush_checked, step_checked
 from .pool import Pool
 
@@ -31,6 +33,11 @@ FLUSH_STREAMS = 2  # side streams of an Overlap scope
 # ones keep to the first. Engine loop, H100, 2026-12-06 (ms a token and layer, 1 side stream / 2):
 # B=16 0.0242 / 0.0171, B=64 0.0395 / 0.0433, B=256 0.1287 / 0.1330, B=512 0.2396 / 0.2453
 SPREAD_BELOW = 64
+# layers a flush launch when the scope chooses (``Overlap(group=None)``, ``flush_group``). Engine loop,
+# H100, 2026-12-07, KDA, ms a token and layer, group 1 / 4 (with a bf16 matmul a layer): B=16 0.0160
+# / 0.0144 (0.0599 / 0.0569), B=64 0.0394 / 0.0441 (0.0871 / 0.0849), B=256 0.1284 / 0.1276
+# (0.1915 / 0.1772); docs/design.md, "Flushes grouped across layers"
+FLUSH_GROUP = 4
 
 class Overlap:
     """The scope of one token's forward in which ``decode_inplace`` calls overlap their flushes
@@ -53,9 +60,10 @@ class Overlap:
             more take the first only (there the flushes are bandwidth- and SM-bound, and two at
             once slow the steps beside them more than they gain; measured, ``SPREAD_BELOW``).
 
-        group: consecutive calls whose flushes run as one launch (1: each call its own). Grouped
-            calls are those on the layers of one ``Pool.layers`` stack, in order, with the same
-            ``idx`` and ``q0`` tensors; a group is forked when it is full or the next call cannot
+        group: consecutive calls whose flushes run as one launch (1: each call its own; None, the
+            default: ``flush_group`` of the calls' size). Grouped calls are those on the layers of
+            one ``Pool.layers`` stack, in order, with the same ``idx`` and ``q0`` tensors (pools
+            made apart never group); a group is forked when it is full or the next call cannot
             join it. One launch pays the flush's fixed cost (the first fetch of its code, the flag
             scan) once for the group instead of once a layer.
 
@@ -70,9 +78,9 @@ class Overlap:
     """
 
     def __init__(self, device="cuda", streams: int = FLUSH_STREAMS, spread_below: int = SPREAD_BELOW,
-                 group: int = 1):
+                 group: int | None = None):
         device = torch.device(device)
-        if streams < 1 or group < 1:
+        if streams < 1 or (group is not None and group < 1):
             raise ValueError(f"streams and group must be at least 1, got {streams} and {group}")
         self.device, self.spread_below, self.group = device, spread_below, group
         if device.type == "cuda" and not torch.cuda.is_available():
@@ -153,7 +161,11 @@ class Overlap:
     def _joins(self, pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> bool:
         # whether this call's flush can join the pending group: the next layer of the same stack,
         # the same ids and test vectors, room left
-        if not self._pending or len(self._pending) >= self.group:
+        if not self._pending:
+            return False
+        first, first_idx, _ = self._pending[0]
+        limit = self.group or flush_group(first_idx.shape[0], first.heads, self.device)
+        if len(self._pending) >= limit:
             return False
         last, last_idx, last_q0 = self._pending[-1]
         return (pool.stack is not None and pool.stack is last.stack and pool.stack_layer == last.stack_layer + 1
@@ -175,6 +187,19 @@ class Overlap:
             main.wait_event(done)
         step()
         self._pending.append((pool, idx, q0))
+
+
+def flush_group(num_seqs: int, heads: int, device) -> int:
+    """Layers a flush launch for calls of ``num_seqs`` sequences of ``heads`` heads on ``device``
+    (what ``Overlap(group=None)`` uses): ``FLUSH_GROUP`` where a group's due programs (about
+    ``num_seqs * heads / L`` a layer, the windows staggered) fit one CTA an SM beside the steps,
+    or where one layer's already take every resident CTA of the flush's grid; else 1. Between
+    the two, a group turns a flush that leaves half of each SM to the steps into one that holds
+    every SM's shared memory for a whole wave (measured at B=64: +12%, ``FLUSH_GROUP``'s
+    comment). SMs: the device's multiprocessors (132 off CUDA)."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else 132
+    due = num_seqs * heads / L
+    return FLUSH_GROUP if due * FLUSH_GROUP <= sms or due >= MOST_CTAS_PER_SM * sms else 1
 
 
 def decode_inplace(pool: Pool, idx: torch.Tensor, mixed: torch.Tensor, a: torch.Tensor, b: torch.Tensor,

@@ -57,7 +57,7 @@ class Model:
     one token's inputs, and a weight a layer for the matmul."""
 
     def __init__(self, B: int, device, seed: int = 0, layers: int = LAYERS, matmul: bool = True, fla: bool = True,
-                 streams: int | None = None, family: Family = KDA, groups=(1,), requests: str | None = None,
+                 streams: int | None = None, family: Family = KDA, groups=(), requests: str | None = None,
                  **pool_kw):
         self.B, self.device, self.layers, self.family = B, torch.device(device), layers, family
         gen = torch.Generator(device=device).manual_seed(seed)
@@ -87,10 +87,10 @@ class Model:
         self.o = torch.empty(B, H, V, dtype=torch.bfloat16, device=device)
         # streams given: that many side streams taken in turn at every batch size (a route to
         # measure); None: the scope's defaults (two, spread only below layer.SPREAD_BELOW sequences)
-        # one scope per flush group size (``groups``; the first is the ``overlap`` variant's, the others
-        # ``overlap-g<n>``)
+        # the scope's own choice of flush group (variant ``overlap``) and one scope per group size
+        # of ``groups`` (``overlap-g<n>``)
         kw = {"streams": streams, "spread_below": 1 << 30} if streams else {}
-        self.overlaps = {overlap_variant(g, groups): Overlap(device, group=g, **kw) for g in groups}
+        self.overlaps = {overlap_variant(g): Overlap(device, group=g, **kw) for g in (None, *groups)}
         self.overlap = self.overlaps["overlap"]
         self.hidden = torch.randn(B, HIDDEN, generator=gen, device=device).bfloat16() if matmul else None
         self.weights = [torch.randn(HIDDEN, PROJECTION, generator=gen, device=device).bfloat16() * 0.02
@@ -190,14 +190,14 @@ def time_tokens(model: Model, variant: str, matmul: bool, replays: int = REPLAYS
 
 
 def run(B: int, device, bandwidth: float, variants=VARIANTS, rounds: int = 2, seed: int = 0, streams: int | None = None,
-        family: Family = KDA, groups=(1,), requests: str | None = None, **pool_kw) -> dict:
+        family: Family = KDA, groups=(), requests: str | None = None, **pool_kw) -> dict:
     """The engine loop at batch ``B``: per variant (``VARIANTS``; ``fla`` where it imports) and
     with / without the matmul, the median over ``rounds`` interleaved rounds of each round's
     median replay (ms per token and layer), the floor (ms) at ``bandwidth`` (bytes/s), the
     pools' bytes a slot. Every round runs the variants in the same order on the same model.
     ``streams``: the ``Overlap`` scope's side streams (None: its default); ``groups``: layers a
-    flush launch (``Overlap(group=...)``), the first the ``overlap`` variant's, each other one a
-    variant ``overlap-g<n>`` after it; ``pool_kw`` go to every ``Pool``; ``family``: the layers'
+    flush launch (``Overlap(group=...)``) to compare, each a variant ``overlap-g<n>`` after
+    ``overlap`` (the scope's own choice, ``layer.flush_group``); ``pool_kw`` go to every ``Pool``; ``family``: the layers'
     (KDA or GDN); ``requests``: the parent folder of the NVlabs/kda request folders, for the
     ``tilelang`` variant (their step then flush, ``request_baselines``) where tilelang imports."""
     variants = [v for v in variants if v != "fla" or fla_available()]
@@ -208,7 +208,7 @@ def run(B: int, device, bandwidth: float, variants=VARIANTS, rounds: int = 2, se
     if requests:
         variants.append("tilelang")
     at = variants.index("overlap") + 1 if "overlap" in variants else len(variants)
-    variants[at:at] = [overlap_variant(g, groups) for g in groups[1:]]
+    variants[at:at] = [overlap_variant(g) for g in groups]
     model = Model(B, device, seed=seed, fla="fla" in variants, streams=streams, family=family, groups=groups,
                   requests=requests, **pool_kw)
     if requests and model.baseline is None:
@@ -239,10 +239,10 @@ def run(B: int, device, bandwidth: float, variants=VARIANTS, rounds: int = 2, se
     return res
 
 
-def overlap_variant(group: int, groups) -> str:
+def overlap_variant(group: int | None) -> str:
     """The variant name of an ``Overlap`` scope flushing ``group`` layers a launch: ``overlap``
-    for the first of ``groups``, ``overlap-g<group>`` for the others."""
-    return "overlap" if group == groups[0] else f"overlap-g{group}"
+    for the scope's own choice (None), ``overlap-g<group>`` for a given size."""
+    return "overlap" if group is None else f"overlap-g{group}"
 
 
 def _time_matmul(model: Model) -> float:
