@@ -104,6 +104,28 @@ def test_the_scope_groups_where_a_group_fits_beside_the_steps_or_one_layer_fills
     assert flush_group(64, 4, "cpu") == FLUSH_GROUP  # 16 due a layer at 4 heads
 
 
+def test_the_scope_groups_consecutive_layers_of_one_stack_up_to_half_of_it():
+    idx = torch.arange(1, 17, dtype=torch.int32)
+    q0 = torch.zeros(V, R)
+    scope = Overlap("cpu")  # (its choice of group is the same on any device: the calls decide)
+
+    def joins(pending, pool, ids=idx):
+        scope._pending = [(p, idx, q0) for p in pending]
+        return scope._joins(pool, ids, q0)
+
+    eight = Pool.layers(8, 17, "cpu", heads=4)
+    assert joins(eight[:1], eight[1]) and joins(eight[:3], eight[3])
+    assert not joins(eight[:4], eight[4])  # full: FLUSH_GROUP
+    assert not joins(eight[:1], eight[2]) and not joins(eight[1:2], eight[1])  # not the next layer
+    assert not joins(eight[:1], eight[1], idx.clone())  # other ids
+    two = Pool.layers(2, 17, "cpu", heads=4)
+    assert not joins(two[:1], two[1])  # at most half the stack: the deferred group never holds layer 0
+    apart = [Pool(17, "cpu", heads=4) for _ in range(2)]
+    assert not joins(apart[:1], apart[1])
+    scope = Overlap("cpu", group=2)  # a group given is the caller's: kept even over the whole stack
+    assert joins(two[:1], two[1])
+
+
 @requires_cuda
 @pytest.mark.gpu
 @pytest.mark.parametrize("group,n_layers", [(1, 3), (2, 3), (3, 3), (2, 8)])

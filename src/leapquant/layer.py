@@ -61,7 +61,7 @@ class Overlap:
             once slow the steps beside them more than they gain; measured, ``SPREAD_BELOW``).
 
         group: consecutive calls whose flushes run as one launch (1: each call its own; None, the
-            default: ``flush_group`` of the calls' size). Grouped calls are those on the layers of
+            default: ``flush_group`` of the calls' size, at most half the stack's layers). Grouped calls are those on the layers of
             one ``Pool.layers`` stack, in order, with the same ``idx`` and ``q0`` tensors (pools
             made apart never group); a group is forked when it is full or the next call cannot
             join it. One launch pays the flush's fixed cost (the first fetch of its code, the flag
@@ -73,8 +73,11 @@ class Overlap:
     On a device other than CUDA the scope holds no streams and each call runs its step and its
     flush in turn (the same code serves both).
 
-    Raises: RuntimeError when a scope is opened twice; ValueError for ``streams < 1``, ``group <
-    1`` or a CUDA device without CUDA.
+    A scope captured in a CUDA graph must follow an eager token of the same calls (as engines warm
+    up): the previous token's deferred flushes are forked at its entry, inside the graph.
+
+    Raises: RuntimeError when a scope is opened twice or captured without that eager token;
+    ValueError for ``streams < 1``, ``group < 1`` or a CUDA device without CUDA.
     """
 
     def __init__(self, device="cuda", streams: int = FLUSH_STREAMS, spread_below: int = SPREAD_BELOW,
@@ -94,12 +97,12 @@ class Overlap:
         self._pending = []  # [(pool, idx, q0)]: the last calls' flushes, not forked yet (one group)
         self._deferred = []  # the previous scope's last group
         self._inflight: dict[int, torch.cuda.Event] = {}  # id(pool) -> its flush's end, this scope
-        self._stacks: dict[tuple, Pool] = {}  # (id(stack), id(side stream)) -> the stack with that stream's scratch
 
     def __enter__(self) -> "Overlap":
         if self._open:
             raise RuntimeError("this Overlap scope is already open")
         self._open, self._used, self._inflight, self._turn, self._forked = True, 0, {}, 0, []
+        self._entered_with_deferred = bool(self._deferred)
         if self._deferred:
             deferred, self._deferred = self._deferred, []
             self._fork(deferred)
@@ -109,6 +112,12 @@ class Overlap:
         self._open = False
         if not self.sides:
             return
+        if self._pending and not self._entered_with_deferred and torch.cuda.is_current_stream_capturing():
+            # the graph would hold no flush of the calls this scope defers: every replay would
+            # leave their windows full (the previous token's deferred flushes belong in the graph)
+            self._pending = []
+            raise RuntimeError("an Overlap scope captured in a CUDA graph must follow an eager token of the "
+                               "same calls (its deferred flushes are forked at the captured scope's entry)")
         self._deferred, self._pending = self._pending, []
         main = torch.cuda.current_stream(self.device)
         for side in self._forked:  # every fork rejoins (only streams this scope used: a capture
@@ -148,15 +157,17 @@ class Overlap:
         for call in calls:
             self._inflight[id(call[0])] = done
 
-    def _stack_on(self, stack: Pool, side: torch.cuda.Stream) -> Pool:
+    @staticmethod
+    def _stack_on(stack: Pool, side: torch.cuda.Stream) -> Pool:
         # the stack with flush scratch (``picks``) of this side stream's own: two group launches
-        # on one stack may run at once on two side streams, and the scratch is per launch
-        key = (id(stack), id(side))
-        if key not in self._stacks:
+        # on one stack may run at once on two side streams, and the scratch is per launch. Kept
+        # on the stack (it lives and dies with it), made on the stream's first group.
+        twins = stack.__dict__.setdefault("side_scratch", {})
+        if side not in twins:
             twin = copy.copy(stack)
             twin.picks = torch.empty_like(stack.picks)
-            self._stacks[key] = twin
-        return self._stacks[key]
+            twins[side] = twin
+        return twins[side]
 
     def _joins(self, pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> bool:
         # whether this call's flush can join the pending group: the next layer of the same stack,
@@ -164,7 +175,10 @@ class Overlap:
         if not self._pending:
             return False
         first, first_idx, _ = self._pending[0]
-        limit = self.group or flush_group(first_idx.shape[0], first.heads, self.device)
+        # the scope's own choice: at most half the stack, so that the group deferred to the next
+        # token never holds its first layers (their steps would wait for it at once)
+        limit = self.group or min(flush_group(first_idx.shape[0], first.heads, self.device),
+                                  max(1, first.stack.layer_offsets.numel() // 2) if first.stack is not None else 1)
         if len(self._pending) >= limit:
             return False
         last, last_idx, last_q0 = self._pending[-1]
