@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from leapquant.eval.request_baselines import SLOTS
+from leapquant.eval import request_baselines
 
 FAMILIES = {"kda": "leapquant.kda", "gdn": "leapquant.gdn"}
 
@@ -54,12 +54,10 @@ def implementation(family: str, operation: str):
     return impl
 
 
-def baseline(folder: Path, operation: str, num_slots: int):
+def baseline(folder: Path, family: str, operation: str, num_slots: int):
     """The request's ``baseline.py`` as the ``impl`` its ``timing`` takes, every pool of
     ``num_slots`` slots (at least what timing asks)."""
-    spec = importlib.util.spec_from_file_location("request_baseline", folder / "baseline.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = request_baselines.baseline(str(folder.resolve().parent), family, operation)
     impl = types.SimpleNamespace(Pool=lambda n, device="cuda": mod.Pool(max(n, num_slots), device), run=mod.run)
     name = f"{operation}_inplace"
     setattr(impl, name, getattr(mod, name))
@@ -88,7 +86,8 @@ def main(argv=None) -> int:
     print(f"{name} on {torch.cuda.get_device_name(0)}, torch {torch.__version__}: leapquant.{family} "
           f"{operation}, request layout\n")
     # one pool size for every batch (one compile): the engine loop's (request_baselines.SLOTS) or more
-    base = baseline(a.request, operation, max(SLOTS, bench.NSETS * max(sizes) + 8)) if a.baseline else None
+    base = baseline(a.request, family, operation, max(request_baselines.SLOTS, bench.NSETS * max(sizes) + 8)) \
+        if a.baseline else None
     print("| batch_size | programs | worst (structured / second / random) | correctness | latency (ms) |")
     print("| --- | --- | --- | --- | --- |")
     ok_all, ours = True, {}
