@@ -110,6 +110,18 @@ def kernel_beta_disagreements(device) -> int:
     return int((got[: b.numel()].double().cpu() != beta_bf16(b)).sum())
 
 
+def run_without_sync(calls) -> None:
+    """Each of ``calls`` (no arguments) under ``torch.cuda.set_sync_debug_mode("error")``: a host
+    synchronisation in any raises."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for call in calls:
+            call()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+
 def mixed_rows(x: dict) -> torch.Tensor:
     """The ``(q | k | v)`` rows of the tokens in ``x``: bf16 ``[B, 2 H K + H V]``."""
     B = x["qx"].shape[0]

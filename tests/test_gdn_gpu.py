@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import gdn_checks
+import step_checks
 from gdn_checks import POOL_TENSORS, same_bits
 from leapquant import gdn
 from leapquant import kernel as kernel_mod
@@ -121,12 +122,6 @@ def test_the_hot_path_never_synchronises():
              lambda: gdn.step_inplace(pool, idx, mixed, a[..., None], b, A_log, dt_bias[:, None], o),
              lambda: gdn.flush_inplace(pool, idx, q0), lambda: gdn.write_state(pool, idx, state, q0),
              lambda: gdn.read_state(pool, idx), lambda: gdn.copy_slots(pool, src, dst))
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for call in calls:
-            call()
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
+    step_checks.run_without_sync(calls)
     torch.cuda.synchronize()
     assert q0.shape == (V, R) and bool(torch.isfinite(gdn.read_state(pool, idx)).all())

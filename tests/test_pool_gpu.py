@@ -129,13 +129,7 @@ def test_the_hot_path_never_synchronises_and_captures():
     calls = (lambda: step_inplace(pool, idx, mixed, a, b, A_log, dt_bias, o), lambda: flush_inplace(pool, idx, q0),
              lambda: write_state(pool, idx, state, q0), lambda: read_state(pool, idx),
              lambda: copy_slots(pool, src, dst))
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for call in calls:
-            call()
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
+    step_checks.run_without_sync(calls)
     # write_state, read_state and copy_slots captured in a CUDA graph: the eager bits on replay
     eager = Pool(pool.num_slots, "cuda")
     for name in step_checks.POOL_TENSORS:

@@ -24,7 +24,7 @@ import torch
 
 from .format import check_q0
 from .geometry import L
-from .launch import MOST_CTAS_PER_SM
+from .launch import MOST_CTAS_PER_SM, resident_ctas
 from .interface import check_step_call, flush_checked, step_checked
 from .pool import Pool
 
@@ -211,7 +211,8 @@ def flush_group(num_seqs: int, heads: int, device) -> int:
     the two, a group turns a flush that leaves half of each SM to the steps into one that holds
     every SM's shared memory for a whole wave (measured at B=64: +12%, ``FLUSH_GROUP``'s
     comment). SMs: the device's multiprocessors (132 off CUDA)."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if torch.device(device).type == "cuda" else 132
+    device = torch.device(device)
+    sms = resident_ctas(device, 1) if device.type == "cuda" else 132  # (cached: no query a call)
     due = num_seqs * heads / L
     return FLUSH_GROUP if due * FLUSH_GROUP <= sms or due >= MOST_CTAS_PER_SM * sms else 1
 

@@ -195,11 +195,7 @@ def make_step(family: str, B: int, device="cpu", seed: int = 0, heads: int = H) 
     K]``, vx bf16 ``[B, heads, V]``, a/b bf16 ``[B, heads]``, A_log fp32 ``[heads]``, dt_bias fp32
     ``[heads]``. Raises ValueError for an unknown family or a head count GDN does not hold.
     Source: NVlabs/kda request conless-leapquant-gdn-step; derived from ``step_inputs.make``."""
-    if family not in STEP_BUILDERS:
-        raise ValueError(f"family must be one of {STEP_FAMILIES}, got {family!r}")
-    if heads not in GDN.head_counts():
-        raise ValueError(f"heads must be one of {GDN.head_counts()}, got {heads!r}")
-    return take_heads(STEP_BUILDERS[family](B, device, seed), heads)
+    return _build(STEP_BUILDERS, family, B, device, seed, heads)
 
 
 def make_flush(family: str, B: int, device="cpu", seed: int = 0, heads: int = H) -> dict:
@@ -209,8 +205,13 @@ def make_flush(family: str, B: int, device="cpu", seed: int = 0, heads: int = H)
     heads, L]`` in [0, 1], p fp32 ``[B, heads]`` in ``[P_FLOOR, 1]``, q0 fp32 ``[V, R]``. Raises
     ValueError for an unknown family or a head count GDN does not hold.
     Source: NVlabs/kda request conless-leapquant-gdn-flush; derived from ``flush_inputs.make``."""
-    if family not in FLUSH_BUILDERS:
-        raise ValueError(f"family must be one of {FLUSH_FAMILIES}, got {family!r}")
+    return _build(FLUSH_BUILDERS, family, B, device, seed, heads)
+
+
+def _build(builders: dict, family: str, B: int, device, seed: int, heads: int) -> dict:
+    # one family of ``builders`` at 32 heads, then ``heads`` of them (the checks of both makers)
+    if family not in builders:
+        raise ValueError(f"family must be one of {tuple(builders)}, got {family!r}")
     if heads not in GDN.head_counts():
         raise ValueError(f"heads must be one of {GDN.head_counts()}, got {heads!r}")
-    return take_heads(FLUSH_BUILDERS[family](B, device, seed), heads)
+    return take_heads(builders[family](B, device, seed), heads)
