@@ -474,14 +474,14 @@ def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, fam
             for ctas in flush_ctas or [None]:
                 for n in streams or [None]:
                     rows.append({**engine_loop.run(B, device, bandwidth, streams=n, flush_ctas_per_sm=ctas,
-                                                   family=FAMILIES[name], groups=tuple(dict.fromkeys(groups or ())),
+                                                   family=FAMILIES[name], groups=tuple(groups or ()),
                                                    requests=requests),
                                  "flush_ctas_per_sm": ctas})
             for r in rows[-len(flush_ctas or [None]) * len(streams or [None]):]:  # each as measured, in case the run is cut
                 print(f"  engine loop {name} B={B} floor {r['floor_ms']:.4f}: "
                       + ", ".join(f"{k} {v:.4f}" for k, v in r["ms"].items()) + f" {r.get('errors', '')}", flush=True)
     out, out_mm = [], []
-    extra = [f"overlap-g{g}" for g in dict.fromkeys(groups or ())]  # the other group sizes' variants
+    extra = [f"overlap-g{g}" for g in (rows[0]["flush_groups"] if rows else ())]  # the group sizes' variants
     for r in rows:
         ms, floor = r["ms"], r["floor_ms"]
         fla = ms.get("fla")

@@ -200,6 +200,7 @@ def run(B: int, device, bandwidth: float, variants=VARIANTS, rounds: int = 2, se
     ``overlap`` (the scope's own choice, ``layer.flush_group``); ``pool_kw`` go to every ``Pool``; ``family``: the layers'
     (KDA or GDN); ``requests``: the parent folder of the NVlabs/kda request folders, for the
     ``tilelang`` variant (their step then flush, ``request_baselines``) where tilelang imports."""
+    groups = tuple(dict.fromkeys(groups))  # each size once
     variants = [v for v in variants if v != "fla" or fla_available()]
     errors = {}
     if requests and not request_baselines.available(requests, family):
