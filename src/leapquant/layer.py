@@ -152,6 +152,12 @@ class Overlap:
                 flush_checked(pool, idx, q0)
             else:  # one launch on the stack: each layer's ids moved to its part of it
                 flush_checked(self._stack_on(pool.stack, side), pool.stack_ids(idx, len(calls)), q0)
+        if not torch.cuda.is_current_stream_capturing():
+            # eagerly an engine may drop idx and q0 once it has made the calls: their blocks must
+            # not go to work on the current stream before this side stream has read them (the
+            # deferred flush reads them during the next token). A graph keeps its inputs itself.
+            idx.record_stream(side)
+            q0.record_stream(side)
         done = self._event()
         done.record(side)
         for call in calls:
