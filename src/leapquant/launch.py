@@ -38,8 +38,8 @@ def flag_tile(num_programs: int, largest: int = FLAG_TILE) -> int:
     candidates (its constexpr TILE; the portable kernel keeps FLAG_TILE): the smallest tile of
     ``flag_tiles(largest)`` that holds them all, else ``largest`` (the scan then loops over
     tiles). Every CTA runs the whole tile's code, masked where it has no candidates: a small call
-    scanning a 16,384-flag tile paid ~1,300 instructions a warp for 16 slots (docs/design.md, "The flag
-    scan's tile")."""
+    scanning a 16,384-flag tile paid ~1,300 instructions a warp for 16 slots (docs/experiments.md,
+    "The flag scan's tile")."""
     return next((t for t in flag_tiles(largest) if t >= num_programs), largest)
 
 

@@ -35,7 +35,7 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
   (two m64 tiles, 128 registers a thread); nothing the size of S is live during the iteration.
 - One warpgroup a program, two resident CTAs an SM (255 registers a thread): two programs'
   chains in flight on an SM, and the iteration's vector work, which every warp repeats on whole
-  [N] vectors, done by 4 warps a program instead of 8 (docs/design.md).
+  [N] vectors, done by 4 warps a program instead of 8 (docs/experiments.md).
 - ``_flush_program`` is not inlined, so that its per-thread constants are computed in each call
   instead of held across the persistent loop, and it allocates every shared buffer itself
   (Triton 3.6 lays a not-inlined function's scratch from offset 0, whatever its caller holds).
@@ -79,7 +79,7 @@ from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CT
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4  # one warpgroup a program: it holds E's 128 rows (two m64 tiles)
 # uncapped: two CTAs of 128 threads an SM leave 255 registers a thread (8 warps a program at two
-# CTAs an SM, capped at 128, spilled and ran 22-36% slower: docs/design.md)
+# CTAs an SM, capped at 128, spilled and ran 22-36% slower: docs/experiments.md)
 MAX_REGISTERS = None
 CTAS_PER_SM = 2  # resident CTAs an SM: the persistent grid is this times the SMs
 assert CTAS_PER_SM <= MOST_CTAS_PER_SM  # the pool's pick scratch is sized for MOST_CTAS_PER_SM

@@ -31,7 +31,7 @@ issue slots, each program being a chain of loads, reductions and exchanges), 6 C
 2026-12-04 (the window below the fill count, 7 CTAs an SM): 0.0749 / 0.1438 ms at fill
 count 1, 1.10x / 1.06x the floor at that run's 4.21 TB/s; TileLang's step 0.0783 / 0.1479.
 The eight digits carry 55 bits below the largest element of f x: fp32 precision for every element
-within 2^31 of it (``emulation.py``; six digits before 2026-12-03, as fast on the H200). docs/design.md
+within 2^31 of it (``emulation.py``; six digits before 2026-12-03, as fast on the H200). docs/experiments.md
 lists what was tried.
 
 Verified with triton 3.6.0 (the Gluon API moves between releases; ``kernel.py`` picks this path
