@@ -179,24 +179,28 @@ def test_overlap_gives_the_serial_bits_eagerly_and_from_a_graph(group, n_layers)
 def test_ids_dropped_after_a_token_are_not_reused_before_its_deferred_flush_reads_them():
     # an eager engine may make a fresh idx every token and drop it after the calls; the last
     # layer's flush, deferred to the next scope, reads it then. The side stream is held back by a
-    # sleep so that the flush runs after the next token's allocations on the current stream: any
-    # of them given the dropped ids' block (zeros: no sequence) would make that flush skip its slots
+    # sleep so that the flush runs after the next token's work on the current stream; the ids
+    # live in an allocation of a size of their own, so that an allocation of that size given the
+    # dropped block (zeros: no sequence) would make that flush skip its slots
     serial, args, q0 = _layers("cuda", 2)
     eager, _, _ = _layers("cuda", 2)
     idx, mixed, a, b, A_log, dt_bias = args
     o = [torch.empty(idx.numel(), H, V, dtype=torch.bfloat16, device="cuda") for _ in serial]
     scope = Overlap("cuda", streams=1, group=1)
+    words = 300_007  # an odd size (1.2 MB): the only free block of it is the one dropped
+    kept = []  # every block of that size taken but the ids' (none freed)
     for _ in range(L + 1):  # every sequence's window fills in every layer, the last deferred
         for pool, out in zip(serial, o):
             decode_inplace(pool, idx, mixed, a, b, A_log, dt_bias, out, q0)
         with torch.cuda.stream(scope.sides[0]):
             torch.cuda._sleep(20_000_000)  # ~10 ms: queued before the deferred flush
         with scope:
-            junk = [torch.zeros_like(idx) for _ in range(256)]  # every free block of that size
-            token_idx = idx.clone()
+            kept.append(torch.zeros(words, dtype=torch.int32, device="cuda"))  # the dropped ids' block, if free
+            token_idx = torch.empty(words, dtype=torch.int32, device="cuda")[: idx.numel()]
+            token_idx.copy_(idx)
             for pool, out in zip(eager, o):
                 decode_inplace(pool, token_idx, mixed, a, b, A_log, dt_bias, out, q0, overlap=scope)
-            del token_idx, junk
+            del token_idx
     scope.close()
     torch.cuda.synchronize()
     assert _same(serial, eager)
