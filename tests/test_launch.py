@@ -29,19 +29,18 @@ class _Capture:
         return launch
 
 
-def _launch_kwargs(monkeypatch, module, idx: torch.Tensor | None = None, **grid) -> dict:
+def _launch_kwargs(monkeypatch, module, idx: torch.Tensor | None = None) -> dict:
     """The keywords ``module.launch_flush`` passes its kernel on a 3-slot CPU pool: a pool call
-    over ``idx`` (int32 slot ids), or the functional form without it; ``grid``: ``ctas=...``."""
+    over ``idx`` (int32 slot ids), or the functional form without it."""
     capture = _Capture()
     monkeypatch.setattr(module, "_flush_kernel", capture)
     monkeypatch.setattr(module.torch.cuda, "device", lambda d: contextlib.nullcontext())
     pool = Pool(3, "cpu")
     q0 = torch.randn(128, 4)
     if idx is not None:
-        module.launch_flush(pool.checkpoint, pool.checkpoint, pool.window, q0, idx=idx, hcnt=pool.hcnt, **grid)
+        module.launch_flush(pool.checkpoint, pool.checkpoint, pool.window, q0, idx=idx, hcnt=pool.hcnt)
     else:
-        module.launch_flush(pool.checkpoint, tuple(torch.empty_like(t) for t in pool.checkpoint), pool.window, q0,
-                            **grid)
+        module.launch_flush(pool.checkpoint, tuple(torch.empty_like(t) for t in pool.checkpoint), pool.window, q0)
     return capture.kwargs
 
 
@@ -100,24 +99,3 @@ def test_flag_tile_is_the_smallest_variant_that_covers_the_call():
     assert flag_tile(FLAG_TILE + 1) == FLAG_TILE  # several tiles of the largest
     assert flag_tiles(64) == [64] and flag_tile(5000, 64) == 64  # a patched largest tile caps every choice
     assert flag_tiles(1024) == [512, 1024] and flag_tile(600, 1024) == 1024
-
-
-@pytest.mark.parametrize("name", ["triton", "gluon"])
-def test_a_flush_grid_is_the_pool_s_share_of_the_sms(monkeypatch, name):
-    # off CUDA a "device" has 4 resident CTAs at every share (the interpreter's), so the grid a
-    # pool asks for is what reaches the kernel's CTAS; the Gluon kernel's is at least the heads
-    module = _flush_module(name)
-    least = 32 if name == "gluon" else 1
-    idx = torch.tensor([1, 2], dtype=torch.int32)
-    assert Pool(3, "cpu").flush_ctas == 0  # the kernel's own
-    assert Pool(3, "cpu", flush_ctas_per_sm=0.5).flush_ctas == 2
-    assert Pool(3, "cpu", flush_ctas_per_sm=0.01).flush_ctas == 1
-    for ctas in (1, 2, 4):
-        assert _launch_kwargs(monkeypatch, module, idx, ctas=ctas)["CTAS"] == max(least, ctas)
-    assert _launch_kwargs(monkeypatch, module, idx)["CTAS"] == max(least, 4)
-    for ctas in (0, 5):
-        with pytest.raises(ValueError, match="flush grid"):
-            _launch_kwargs(monkeypatch, module, idx, ctas=ctas)
-    for share in (0, -1, 2.5, True):
-        with pytest.raises(ValueError, match="flush_ctas_per_sm"):
-            Pool(3, "cpu", flush_ctas_per_sm=share)

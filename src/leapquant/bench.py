@@ -234,9 +234,8 @@ def main(argv=None) -> int:
                          "the engine loop")
     ap.add_argument("--layout-sizes", type=parse_sizes, default=parse_sizes(LAYOUT_SIZES),
                     help=f"batch sizes of the layouts section (default {LAYOUT_SIZES})")
-    ap.add_argument("--engine-flush-ctas", type=lambda s: [float(x) for x in s.split(",")], default=None,
-                    help="engine section: the pools' flush CTAs an SM to compare (e.g. 2,1,0.5: a fraction puts one "
-                         "CTA on that share of the SMs; default: the kernel's own)")
+    ap.add_argument("--engine-flush-ctas", type=parse_sizes, default=None,
+                    help="engine section: the pools' flush CTAs an SM to compare (e.g. 2,1; default: the kernel's own)")
     ap.add_argument("--engine-streams", type=parse_sizes, default=None,
                     help="engine section: the Overlap scope's side streams to compare (e.g. 1,2,4; default: its own)")
     ap.add_argument("--engine-groups", type=parse_sizes, default=None,
@@ -464,7 +463,7 @@ def _layouts_section(sizes, device) -> tuple[dict, str]:
 def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, families=("kda",),
                     groups=None, requests=None) -> tuple[dict, str]:
     """The engine loop (``eval/engine_loop.py``) of each family at every batch size, for each
-    flush grid of ``flush_ctas`` (CTAs an SM, fractions allowed; None: the kernel's own) and each count of side
+    flush grid of ``flush_ctas`` (CTAs an SM; None: the kernel's own) and each count of side
     ``streams``; ``groups``: layers a flush launch to compare, each its own overlap variant beside
     ``overlap``, the scope's own choice."""
     from .eval import engine_loop
@@ -486,7 +485,7 @@ def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, fam
     for r in rows:
         ms, floor = r["ms"], r["floor_ms"]
         fla = ms.get("fla")
-        head = [r["family"], r["batch_size"], fmt(r["flush_ctas_per_sm"], "g"), r["flush_streams"]]
+        head = [r["family"], r["batch_size"], fmt(r["flush_ctas_per_sm"], "d"), r["flush_streams"]]
         out.append([*head, f"{floor:.4f}", f"{ms['serial']:.4f}", f"{ms['serial'] / floor:.2f}",
                     f"{ms['overlap']:.4f}", f"{ms['overlap'] / floor:.2f}",
                     *(f"{ms[v]:.4f} ({ms[v] / floor:.2f})" for v in extra), f"{ms['step']:.4f}", fmt(fla),

@@ -117,7 +117,7 @@ def flush_checked(pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> None:
     """``flush_inplace`` on arguments already checked (the pool's family's op)."""
     op, body, _, _ = FAMILY_OPS[pool.family.name]
     call(op, body, pool.raw, *pool.window, pool.hcnt, pool.picks, idx, q0, pool.layout, pool.kernel or "",
-         pool.flush_ctas)
+         pool.flush_ctas_per_sm or 0)
 
 
 def _check_params(A_log, dt_bias, heads: int, device, family: Family = KDA) -> None:

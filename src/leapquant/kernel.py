@@ -152,12 +152,13 @@ def runnable(device, op: str = "flush") -> tuple[str, ...]:
 
 
 def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None, kernel: str | None = None,
-                 ctas: int | None = None):
-    """Launch the flush on ``kernel`` (default: ``choose(q0.device)``) on a persistent grid of
-    ``ctas`` CTAs (None or 0: the kernel's own, ``CTAS_PER_SM`` an SM); arguments and semantics
-    as ``flush.triton_kernel.launch_flush``."""
+                 ctas_per_sm: int | None = None):
+    """Launch the flush on ``kernel`` (default: ``choose(q0.device)``) with ``ctas_per_sm``
+    resident CTAs an SM (default: the kernel's ``CTAS_PER_SM``); arguments and semantics as
+    ``flush.triton_kernel.launch_flush``."""
     name = kernel or choose(q0.device, heads=ckpt_in[0].shape[1])
-    return module(name).launch_flush(ckpt_in, ckpt_out, window, q0, idx=idx, hcnt=hcnt, picks=picks, ctas=ctas or None)
+    grid = {"ctas_per_sm": ctas_per_sm} if ctas_per_sm else {}
+    return module(name).launch_flush(ckpt_in, ckpt_out, window, q0, idx=idx, hcnt=hcnt, picks=picks, **grid)
 
 
 def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None, guard_full=False,

@@ -60,19 +60,6 @@ def resident_ctas(device: torch.device, per_sm: int = CTAS_PER_SM) -> int:
     return per_sm * torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def flush_grid(device: torch.device, ctas: int | None, per_sm: int, least: int = 1) -> int:
-    """CTAs of a persistent flush grid on ``device``: ``ctas`` where given, else ``per_sm`` an SM;
-    at least ``least`` (the Gluon kernel's: the heads, so that a slot's programs go to distinct
-    CTAs). Raises ValueError for ``ctas`` below 1 or above ``MOST_CTAS_PER_SM`` an SM (what a
-    pool's scratch holds)."""
-    if ctas is None:
-        return max(least, resident_ctas(device, per_sm))
-    most = resident_ctas(device, MOST_CTAS_PER_SM)
-    if not 1 <= ctas <= most:
-        raise ValueError(f"a flush grid of {ctas} CTAs: it takes 1 to {most} ({MOST_CTAS_PER_SM} an SM)")
-    return max(least, ctas)
-
-
 def interpreting() -> bool:
     """True under Triton's CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"

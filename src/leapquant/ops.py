@@ -28,17 +28,17 @@ CPU_STEP = {"kda": step_cpu, "gdn": scalar_step_cpu}
 
 
 def flush_window(family: Family, raw, window: tuple, hcnt, picks, idx, q0, layout: str, kernel: str,
-                 ctas: int) -> None:
+                 ctas_per_sm: int) -> None:
     """``interface.flush_inplace`` on a pool's tensors (``window`` in ``family.window``'s order):
     the kernel ``kernel`` (the pool's; any device where it runs, the CPU under Triton's
-    interpreter) on a persistent grid of ``ctas`` CTAs (0: the kernel's default) or, for
+    interpreter) at ``ctas_per_sm`` resident CTAs an SM (0: the kernel's default) or, for
     ``kernel == ""``, the family's fp32 PyTorch flush (a CPU pool's)."""
     ckpt = pool_checkpoint(raw, hcnt, layout)
     if kernel:
         from .kernel import launch_flush
 
         launch_flush(ckpt, ckpt, family.kernel_window(window), q0, idx=idx, hcnt=hcnt, picks=picks, kernel=kernel,
-                     ctas=ctas)
+                     ctas_per_sm=ctas_per_sm)
         return
     slots = idx[idx > 0].long()
     due = hcnt[slots] == L  # [N, NH]
@@ -105,9 +105,9 @@ def step_window(family: Family, raw, window: tuple, hcnt, errors, idx, mixed, a,
 
 def flush_pool(raw: torch.Tensor, kbuf: torch.Tensor, ubuf: torch.Tensor, gbuf: torch.Tensor, w: torch.Tensor,
                pcum: torch.Tensor, hcnt: torch.Tensor, picks: Optional[torch.Tensor], idx: torch.Tensor,
-               q0: torch.Tensor, layout: str, kernel: str, ctas: int) -> None:
+               q0: torch.Tensor, layout: str, kernel: str, ctas_per_sm: int) -> None:
     """``flush_window`` of a KDA pool."""
-    flush_window(KDA, raw, (kbuf, ubuf, gbuf, w, pcum), hcnt, picks, idx, q0, layout, kernel, ctas)
+    flush_window(KDA, raw, (kbuf, ubuf, gbuf, w, pcum), hcnt, picks, idx, q0, layout, kernel, ctas_per_sm)
 
 
 def step_pool(raw: torch.Tensor, kbuf: torch.Tensor, ubuf: torch.Tensor, gbuf: torch.Tensor, w: torch.Tensor,
@@ -121,9 +121,9 @@ def step_pool(raw: torch.Tensor, kbuf: torch.Tensor, ubuf: torch.Tensor, gbuf: t
 
 def gdn_flush_pool(raw: torch.Tensor, kbuf: torch.Tensor, ubuf: torch.Tensor, w: torch.Tensor, p: torch.Tensor,
                    hcnt: torch.Tensor, picks: Optional[torch.Tensor], idx: torch.Tensor, q0: torch.Tensor,
-                   layout: str, kernel: str, ctas: int) -> None:
+                   layout: str, kernel: str, ctas_per_sm: int) -> None:
     """``flush_window`` of a GDN pool."""
-    flush_window(GDN, raw, (kbuf, ubuf, w, p), hcnt, picks, idx, q0, layout, kernel, ctas)
+    flush_window(GDN, raw, (kbuf, ubuf, w, p), hcnt, picks, idx, q0, layout, kernel, ctas_per_sm)
 
 
 def gdn_step_pool(raw: torch.Tensor, kbuf: torch.Tensor, ubuf: torch.Tensor, w: torch.Tensor, p: torch.Tensor,
@@ -145,7 +145,7 @@ gdn_step_op = torch.library.custom_op(f"{LIBRARY}::gdn_step_inplace", gdn_step_p
 
 
 @flush_op.register_fake
-def _(raw, kbuf, ubuf, gbuf, w, pcum, hcnt, picks, idx, q0, layout, kernel, ctas):
+def _(raw, kbuf, ubuf, gbuf, w, pcum, hcnt, picks, idx, q0, layout, kernel, ctas_per_sm):
     return None
 
 
@@ -155,7 +155,7 @@ def _(raw, kbuf, ubuf, gbuf, w, pcum, hcnt, errors, idx, mixed, a, b, A_log, dt_
 
 
 @gdn_flush_op.register_fake
-def _(raw, kbuf, ubuf, w, p, hcnt, picks, idx, q0, layout, kernel, ctas):
+def _(raw, kbuf, ubuf, w, p, hcnt, picks, idx, q0, layout, kernel, ctas_per_sm):
     return None
 
 

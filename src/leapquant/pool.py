@@ -25,7 +25,6 @@ import operator
 import torch
 
 from .family import KDA, Family
-from .launch import MOST_CTAS_PER_SM, resident_ctas
 from .geometry import (
     CODES_BYTES, ERROR_KINDS, H, HEAD_WORDS, K, LAYOUTS, POOL_OFFSET_WORDS, R, REGION_WORDS, SK_BYTES, SV_BYTES, UQ_BYTES, V,
 )
@@ -76,11 +75,9 @@ class Pool:
             GPU; 16, 8, 4 with the heads split over 2, 4, 8 GPUs).
         layout: ``"packed"`` (default, 1.03 MB a slot at 32 heads) or ``"request"`` (the
             NVlabs/kda request's 64 KiB a head, byte-compatible with its harness, 2.57 MB a slot).
-        flush_ctas_per_sm: resident CTAs an SM of the pool's flush, more than 0 and at most 2
-            (None: the kernel's own; the Gluon kernel runs 2; 1 leaves half of each SM's shared
-            memory to the kernels a flush overlaps, see ``decode_inplace``; a fraction, a CTA on
-            that share of the SMs (the Gluon kernel's at least one a head): the flush's programs
-            then queue on fewer CTAs, each paying the first fetch of its code once for more).
+        flush_ctas_per_sm: resident CTAs an SM of the pool's flush (None: the kernel's own; the
+            Gluon kernel runs 2, and 1 leaves half of each SM's shared memory to the kernels a
+            flush overlaps, see ``decode_inplace``).
 
     Attributes (``NS = num_slots``, ``NH = heads``):
         raw: fp32, every checkpoint (its shape is the layout's, see ``state_specs``).
@@ -105,8 +102,7 @@ class Pool:
     release they first pass a self-check against the portable kernels (``self_check.py``).
 
     Raises: TypeError if ``num_slots`` or ``heads`` is not an int; ValueError if ``num_slots <
-    2``, for an unknown layout or head count, ``flush_ctas_per_sm`` outside (0, 2], or for a CUDA
-    device when CUDA is not available.
+    2``, for an unknown layout or head count, or for a CUDA device when CUDA is not available.
 
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
     """
@@ -114,7 +110,7 @@ class Pool:
     family: Family = KDA
 
     def __init__(self, num_slots: int, device="cuda", heads: int = H, layout: str = "packed",
-                 flush_ctas_per_sm: float | None = None):
+                 flush_ctas_per_sm: int | None = None):
         num_slots = _check_count("num_slots", num_slots)
         if num_slots < 2:
             raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
@@ -126,7 +122,7 @@ class Pool:
         self._bind(tensors, layout, flush_ctas_per_sm)
 
     @classmethod
-    def from_tensors(cls, raw, *window_and_hcnt, flush_ctas_per_sm: float | None = None, **by_name) -> "Pool":
+    def from_tensors(cls, raw, *window_and_hcnt, flush_ctas_per_sm: int | None = None, **by_name) -> "Pool":
         """A packed-layout pool on tensors the caller owns (an engine's state cache): ``raw``, the
         family's window (KDA: ``kbuf, ubuf, gbuf, w, pcum``; GDN: ``kbuf, ubuf, w, p``) and
         ``hcnt``, in ``state_names`` order, checked once here against ``state_specs(num_slots,
@@ -164,7 +160,7 @@ class Pool:
 
     @classmethod
     def layers(cls, num_layers: int, num_slots: int, device="cuda", heads: int = H,
-               flush_ctas_per_sm: float | None = None) -> list["Pool"]:
+               flush_ctas_per_sm: int | None = None) -> list["Pool"]:
         """One packed pool per layer, all views of one allocation (``stack``, a pool of
         ``num_layers * num_slots`` slots): layer ``l``'s slot ``s`` is ``stack``'s slot
         ``l * num_slots + s``. Each layer's pool is an ordinary ``Pool`` (its own slot 0 reserved,
@@ -208,7 +204,7 @@ class Pool:
         offsets = self.stack.layer_offsets[self.stack_layer : self.stack_layer + count, None]
         return torch.where(idx > 0, idx + offsets, 0).view(-1)
 
-    def _bind(self, tensors: dict, layout: str, flush_ctas_per_sm: float | None):
+    def _bind(self, tensors: dict, layout: str, flush_ctas_per_sm: int | None):
         self.stack, self.stack_layer = None, 0  # set by ``Pool.layers``
         for name in state_names(self.family):
             setattr(self, name, tensors[name])
@@ -216,7 +212,6 @@ class Pool:
         self.flush_ctas_per_sm = flush_ctas_per_sm
         self.num_slots, self.heads = self.hcnt.shape
         self.device = dev = self.raw.device  # "cuda" resolved to "cuda:N", as tensors report it
-        self.flush_ctas = _flush_ctas(flush_ctas_per_sm, dev)
         self.codes, self.s_k, self.s_v, self.uq = checkpoint_views(self.raw, self.num_slots, self.heads, layout)
         self.u = self.uq[..., :K]
         self.q = self.uq[..., K:]
@@ -291,7 +286,7 @@ class Pool:
         # interpreter compiles nothing: one launch)
         for slots in warm_up_slots(self.kernel, self.heads) if dev.type == "cuda" else [1]:
             launch_flush(self.checkpoint, self.checkpoint, self.kernel_window, q0, idx=idx.new_zeros(slots),
-                         hcnt=self.hcnt, picks=self.picks, kernel=self.kernel, ctas=self.flush_ctas)
+                         hcnt=self.hcnt, picks=self.picks, kernel=self.kernel, ctas_per_sm=self.flush_ctas_per_sm)
         fam = self.family
         launch_step(self.checkpoint, self.kernel_window, self.hcnt, empty_token(1, self.heads, dev, fam),
                     torch.zeros(self.heads, device=dev), torch.zeros(self.heads, *fam.gate_inputs["dt_bias"], device=dev),
@@ -361,15 +356,6 @@ def _check_count(name: str, value) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     return operator.index(value)
-
-
-def _flush_ctas(per_sm: float | None, device: torch.device) -> int:
-    # the flush grid's CTAs for ``flush_ctas_per_sm`` (0: the kernel's own)
-    if per_sm is None:
-        return 0
-    if isinstance(per_sm, bool) or not 0 < per_sm <= MOST_CTAS_PER_SM:
-        raise ValueError(f"flush_ctas_per_sm must be more than 0 and at most {MOST_CTAS_PER_SM}, got {per_sm}")
-    return max(1, round(per_sm * resident_ctas(device, 1)))
 
 
 def _check_heads(heads: int, family: Family = KDA) -> None:

@@ -74,7 +74,7 @@ from ..geometry import ILL_COLUMN, K
 from ..fp32_bits import clamped_exponent, exponent, pow2
 from ..gluon_compat import async_load, reinterpret, thread_barrier
 from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flag_tile, flag_tiles,
-                      flush_arguments, flush_grid, pool_picks)
+                      flush_arguments, pool_picks, resident_ctas)
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4  # one warpgroup a program: it holds E's 128 rows (two m64 tiles)
@@ -963,21 +963,22 @@ def pool_tiles() -> list[int]:
     return flag_tiles(FLAG_TILE)
 
 
-def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None, ctas: int | None = None):
+def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None, ctas_per_sm: int = CTAS_PER_SM):
     """Launch the Gluon flush kernel; arguments and semantics as ``flush.launch_flush``.
 
-    Both modes run on a persistent grid of ``ctas`` CTAs (None: ``CTAS_PER_SM`` an SM; one an SM
-    or fewer leave each SM's other half of shared memory to the kernels the flush runs beside):
-    a pool call ranks the due programs and shares them out, a functional call strides over the
-    batch. Needs an sm_90 device and a triton release the kernel runs under (``kernel.decide``).
-    Returns the launched kernel object, or None for an empty launch. Raises ValueError for a
-    grid ``launch.flush_grid`` refuses.
+    Both modes run on resident CTAs, ``ctas_per_sm`` an SM (1 or 2; 1 leaves half of each SM's
+    shared memory to the kernels it runs beside): a pool call ranks the due programs and shares
+    them out, a functional call strides over the batch. Needs an sm_90 device and a triton
+    release the kernel runs under (``kernel.decide``). Returns the launched kernel object, or
+    None for an empty launch.
     """
-    grid = (flush_grid(q0.device, ctas, CTAS_PER_SM, ckpt_in[0].shape[1]),)
+    if not 1 <= ctas_per_sm <= MOST_CTAS_PER_SM:
+        raise ValueError(f"ctas_per_sm must be 1 .. {MOST_CTAS_PER_SM}, got {ctas_per_sm}")
     in_place = idx is not None
     num_programs = (idx.numel() if in_place else ckpt_in[0].shape[0]) * ckpt_in[0].shape[1]
     if num_programs == 0:
         return None
+    grid = (resident_ctas(q0.device, ctas_per_sm),)
     dummy = q0  # unused pointer arguments in functional mode
     picks, pick_stride = pool_picks(num_programs, hcnt, grid[0], picks) if in_place else (dummy, 0)
     tile = flag_tile(num_programs, FLAG_TILE) if in_place else FLAG_TILE  # one of pool_tiles() in a pool

@@ -38,7 +38,7 @@ import triton.language as tl
 
 from ..geometry import ILL_COLUMN
 from ..fp32_bits import clamped_exponent, exponent, pow2
-from ..launch import CTAS_PER_SM, FLAG_TILE, FLUSH_CONSTANTS, flush_arguments, flush_grid, interpreting, pool_picks
+from ..launch import CTAS_PER_SM, FLAG_TILE, FLUSH_CONSTANTS, flush_arguments, interpreting, pool_picks, resident_ctas
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the thin operands ride in a 16-column block
 LOW_RANK_ROWS = 32  # the low-rank tile: window (L), q_hi (R), q_lo (R), zero rows
@@ -522,7 +522,7 @@ def pool_tiles() -> list[int]:
     return [FLAG_TILE]
 
 
-def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None, ctas: int | None = None):
+def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None, ctas_per_sm: int = CTAS_PER_SM):
     """Launch the flush kernel.
 
     ``ckpt_in``/``ckpt_out``: ``(codes, s_k, s_v, u, q)`` tensors of shape ``[S, H, ...]`` with
@@ -533,9 +533,8 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None,
     ``idx[i] > 0`` and ``hcnt == L`` and get their window reset; without them, every
     ``(b, h)`` of the batch runs and the window is left alone. No host synchronisation.
     ``picks``: int32 scratch of ``pick_words(S * H, device)`` words for the persistent pool grid
-    (allocated here when not given); ``ctas``: that grid's CTAs (None: ``CTAS_PER_SM`` an SM;
-    ``launch.flush_grid``, whose ValueError it raises). Returns Triton's launched kernel object
-    (registers, spills), or None for an empty launch.
+    (allocated here when not given); ``ctas_per_sm``: its resident CTAs an SM. Returns Triton's launched kernel object (registers,
+    spills), or None for an empty launch.
     """
     in_place = idx is not None
     num_programs = (idx.numel() if in_place else ckpt_in[0].shape[0]) * ckpt_in[0].shape[1]
@@ -544,7 +543,7 @@ def launch_flush(ckpt_in, ckpt_out, window, q0, idx=None, hcnt=None, picks=None,
     dummy = q0  # unused pointer arguments in functional mode
     # a pool call may have few or no programs due: resident CTAs share out the due ones
     persistent = in_place and PERSISTENT_POOL
-    grid = (flush_grid(q0.device, ctas, CTAS_PER_SM) if persistent else num_programs,)
+    grid = (resident_ctas(q0.device, ctas_per_sm) if persistent else num_programs,)
     picks, pick_stride = pool_picks(num_programs, hcnt, grid[0], picks) if persistent else (dummy, 0)
     # launch on the tensors' GPU, which need not be the current device
     with torch.cuda.device(q0.device) if q0.is_cuda else contextlib.nullcontext():
