@@ -134,7 +134,7 @@ def test_flushed_programs_stay_due_and_flush_again_empty():
     flush_inplace(pool, idx, q0)  # empty window: the state is the old checkpoint, recompressed
     v = flush_checks.judge_pool(pool, before, due, q0, ratio_bound=1.05)
     # a recompressed checkpoint's residual is the difference of two nearly equal states, so
-    # two fp32-class implementations differ by more than the 1.01 bound on some heads (docs/design.md)
+    # two fp32-class implementations differ by more than the 1.01 bound on some heads (fdb200c)
     assert v["ok"] and v["untouched"] and v["reset"], v
 
 

@@ -88,6 +88,10 @@ def test_pool_rejects_bad_sizes():
         Pool(1)  # the size is checked before the device
     with pytest.raises(TypeError, match="num_slots"):
         Pool(2.0, "cpu")
+    for ctas in (0, 0.5, 3):  # the flush's CTAs an SM: None, 1 or 2
+        with pytest.raises(ValueError, match="flush_ctas_per_sm"):
+            Pool(2, "cpu", flush_ctas_per_sm=ctas)
+    assert Pool(2, "cpu", flush_ctas_per_sm=1).flush_ctas_per_sm == 1
 
 
 def _due_pool(seed=0):

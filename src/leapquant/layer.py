@@ -76,6 +76,13 @@ class Overlap:
     A scope captured in a CUDA graph must follow an eager token of the same calls (as engines warm
     up): the previous token's deferred flushes are forked at its entry, inside the graph.
 
+    The deferred flushes read their ``idx`` tensor when they run, at the next scope's entry: an
+    engine that writes the next token's ids into the same buffer (a graph's static input) has
+    them flush the due windows of the sequences still in the batch. A sequence that leaves the
+    batch with its window full keeps it: ``read_state`` reads it whole, and before that slot is
+    stepped again ``flush_inplace`` on it (or ``close()``) empties it; in the packed layout a step
+    on a full window never flushed keeps the window, appends nothing and counts in ``pool.errors``.
+
     Raises: RuntimeError when a scope is opened twice or captured without that eager token;
     ValueError for ``streams < 1``, ``group < 1`` or a CUDA device without CUDA.
     """
@@ -155,7 +162,8 @@ class Overlap:
         if not torch.cuda.is_current_stream_capturing():
             # eagerly an engine may drop idx and q0 once it has made the calls: their blocks must
             # not go to work on the current stream before this side stream has read them (the
-            # deferred flush reads them during the next token). A graph keeps its inputs itself.
+            # deferred flush reads them during the next token). Under capture they are the
+            # graph's inputs, which the engine keeps as long as the graph (as for every kernel).
             idx.record_stream(side)
             q0.record_stream(side)
         done = self._event()

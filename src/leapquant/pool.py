@@ -25,6 +25,7 @@ import operator
 import torch
 
 from .family import KDA, Family
+from .launch import MOST_CTAS_PER_SM
 from .geometry import (
     CODES_BYTES, ERROR_KINDS, H, HEAD_WORDS, K, LAYOUTS, POOL_OFFSET_WORDS, R, REGION_WORDS, SK_BYTES, SV_BYTES, UQ_BYTES, V,
 )
@@ -102,7 +103,8 @@ class Pool:
     release they first pass a self-check against the portable kernels (``self_check.py``).
 
     Raises: TypeError if ``num_slots`` or ``heads`` is not an int; ValueError if ``num_slots <
-    2``, for an unknown layout or head count, or for a CUDA device when CUDA is not available.
+    2``, for an unknown layout or head count, ``flush_ctas_per_sm`` other than None, 1 or 2, or for
+    a CUDA device when CUDA is not available.
 
     Source: LeapQuant (arXiv 2609.38166); NVlabs/kda request conless-leapquant-kda-flush.
     """
@@ -209,6 +211,8 @@ class Pool:
         for name in state_names(self.family):
             setattr(self, name, tensors[name])
         self.layout = layout
+        if flush_ctas_per_sm is not None and flush_ctas_per_sm not in range(1, MOST_CTAS_PER_SM + 1):
+            raise ValueError(f"flush_ctas_per_sm must be None or 1 .. {MOST_CTAS_PER_SM}, got {flush_ctas_per_sm!r}")
         self.flush_ctas_per_sm = flush_ctas_per_sm
         self.num_slots, self.heads = self.hcnt.shape
         self.device = dev = self.raw.device  # "cuda" resolved to "cuda:N", as tensors report it

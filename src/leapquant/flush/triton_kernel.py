@@ -51,7 +51,7 @@ SUBSPACE_SPLIT = 3
 MAX_REGISTERS = None  # a cap trades spills for a second resident CTA (3d37b7c's sweep)
 # Pool calls run on resident CTAs that rank the due programs and share them out: a call with
 # nothing due costs one flag scan (4 us at B=512, 86 us with one CTA per candidate) and 1 in 16
-# due runs 20-25% faster; all due runs ~5% slower than one CTA per candidate (92e0798, 31513f4).
+# due runs 20-25% faster; all due runs ~5% slower than one CTA per candidate (70673f5).
 PERSISTENT_POOL = True
 
 
