@@ -25,10 +25,10 @@ import operator
 import torch
 
 from .family import KDA, Family
-from .launch import MOST_CTAS_PER_SM
 from .geometry import (
     CODES_BYTES, ERROR_KINDS, H, HEAD_WORDS, K, LAYOUTS, POOL_OFFSET_WORDS, R, REGION_WORDS, SK_BYTES, SV_BYTES, UQ_BYTES, V,
 )
+from .launch import MOST_CTAS_PER_SM
 
 
 def state_names(family: Family = KDA) -> tuple[str, ...]:
