@@ -484,13 +484,13 @@ def _engine_section(sizes, device, bandwidth, flush_ctas=None, streams=None, fam
     extra = [f"overlap-g{g}" for g in (rows[0]["flush_groups"] if rows else ())]  # the group sizes' variants
     for r in rows:
         ms, floor = r["ms"], r["floor_ms"]
-        fla = ms.get("fla")
+        fla, best = ms.get("fla"), min(ms[v] for v in ("overlap", *extra))
         head = [r["family"], r["batch_size"], fmt(r["flush_ctas_per_sm"], "d"), r["flush_streams"]]
         out.append([*head, f"{floor:.4f}", f"{ms['serial']:.4f}", f"{ms['serial'] / floor:.2f}",
                     f"{ms['overlap']:.4f}", f"{ms['overlap'] / floor:.2f}",
                     *(f"{ms[v]:.4f} ({ms[v] / floor:.2f})" for v in extra), f"{ms['step']:.4f}", fmt(fla),
-                    fmt(fla and fla / min(ms[v] for v in ("overlap", *extra)), ".2f"), fmt(ms.get("tilelang")),
-                    fmt(ms.get("tilelang") and ms["tilelang"] / min(ms[v] for v in ("overlap", *extra)), ".2f")])
+                    fmt(fla and fla / best, ".2f"), fmt(ms.get("tilelang")),
+                    fmt(ms.get("tilelang") and ms["tilelang"] / best, ".2f")])
         added = ms["overlap+matmul"] - ms["step+matmul"]
         out_mm.append([*head, f"{r['matmul_ms']:.4f}", f"{ms['step+matmul']:.4f}",
                        f"{ms['overlap+matmul']:.4f}", *(f"{ms[v + '+matmul']:.4f}" for v in extra),

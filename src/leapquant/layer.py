@@ -175,13 +175,12 @@ class Overlap:
     def _stack_on(stack: Pool, side: torch.cuda.Stream) -> Pool:
         # the stack with flush scratch (``picks``) of this side stream's own: two group launches
         # on one stack may run at once on two side streams, and the scratch is per launch. Kept
-        # on the stack (it lives and dies with it), made on the stream's first group.
-        twins = stack.__dict__.setdefault("side_scratch", {})
-        if side not in twins:
+        # on the stack (``side_scratch``: it lives and dies with it), made on the stream's first group.
+        if side not in stack.side_scratch:
             twin = copy.copy(stack)
             twin.picks = torch.empty_like(stack.picks)
-            twins[side] = twin
-        return twins[side]
+            stack.side_scratch[side] = twin
+        return stack.side_scratch[side]
 
     def _joins(self, pool: Pool, idx: torch.Tensor, q0: torch.Tensor) -> bool:
         # whether this call's flush can join the pending group: the next layer of the same stack,

@@ -94,7 +94,8 @@ class Pool:
         nbytes: bytes of every tensor the pool holds (state and scratch).
         stack, stack_layer: the whole and this pool's layer in it, for a layer of ``Pool.layers``
         (else None, 0); the whole has ``layer_offsets``, int32 ``[num_layers]``, each layer's
-        first slot.
+        first slot, and ``side_scratch``, the copies of it with flush scratch of their own that an
+        ``Overlap`` makes a side stream.
         kernel, step_kernel: the flush and step kernels this pool runs ("gluon" or "triton"; None
         on CPU), and kernel_reason, why (``leapquant.kernel.decide``).
 
@@ -113,9 +114,7 @@ class Pool:
 
     def __init__(self, num_slots: int, device="cuda", heads: int = H, layout: str = "packed",
                  flush_ctas_per_sm: int | None = None):
-        num_slots = _check_count("num_slots", num_slots)
-        if num_slots < 2:
-            raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
+        num_slots = _check_slots(num_slots)
         heads = _check_count("heads", heads)
         specs = state_specs(num_slots, heads, layout, self.family)
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
@@ -149,8 +148,7 @@ class Pool:
         if hcnt.dim() != 2:
             raise ValueError(f"hcnt must have shape [num_slots, heads], got {list(hcnt.shape)}")
         num_slots, heads = hcnt.shape
-        if num_slots < 2:
-            raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
+        _check_slots(num_slots)
         for name, (dtype, shape, _) in state_specs(num_slots, heads, family=cls.family).items():
             check_spec(name, given[name], dtype, shape, hcnt.device, "hcnt")
         align = 128 if raw.is_cuda else 16  # (CPU allocations are 64-byte aligned; the interpreter copies 16 bytes)
@@ -177,9 +175,7 @@ class Pool:
         num_layers = _check_count("num_layers", num_layers)
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-        num_slots = _check_count("num_slots", num_slots)
-        if num_slots < 2:
-            raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
+        num_slots = _check_slots(num_slots)
         whole = cls(num_layers * num_slots, device, heads, flush_ctas_per_sm=flush_ctas_per_sm)
         names = state_names(cls.family)
         pools = []
@@ -190,6 +186,7 @@ class Pool:
             pools.append(pool)
         # each layer's first slot in the stack, int32 on the device (an Overlap group's offsets)
         whole.layer_offsets = torch.arange(num_layers, dtype=torch.int32, device=whole.device) * num_slots
+        whole.side_scratch = {}  # side stream -> the stack with flush scratch of its own (Overlap's)
         return pools
 
     def stack_ids(self, idx: torch.Tensor, count: int) -> torch.Tensor:
@@ -360,6 +357,13 @@ def _check_count(name: str, value) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     return operator.index(value)
+
+
+def _check_slots(num_slots) -> int:
+    num_slots = _check_count("num_slots", num_slots)
+    if num_slots < 2:
+        raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
+    return num_slots
 
 
 def _check_heads(heads: int, family: Family = KDA) -> None:
