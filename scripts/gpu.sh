@@ -12,11 +12,12 @@
 #   [REQUESTS="kda-flush kda-step": each request's own checks and timings (scripts/request_bench.py)
 #    on copies of the NVlabs/kda request folders in .requests/conless-leapquant-NAME (carry .requests)]
 #   [REQUEST_KERNELS=gluon,triton: the requests on each kernel] [REQUEST_ARGS=--skip-timing] [REQ_S=seconds]
-#   bash scripts/gpu.sh [--portable] [--ncu] [--ncu-step] [--ncu-loop] [--help]
+#   bash scripts/gpu.sh [--portable] [--ncu] [--ncu-step] [--ncu-loop] [--ncu-gdn] [--help]
 # --portable: the bench once more on the portable kernels (LEAPQUANT_KERNEL=triton)
 # --ncu, --ncu-step: Nsight Compute on the flush (B=64) / the step (B=256), default kernels
 # --ncu-loop: on the engine loop's flush launch at B=256 with four layers a launch (a pool call over
 #   1,024 sequences, 1 in 16 programs due: 2,048 programs)
+# --ncu-gdn: on the GDN flush, every program due, at B=256 (functional form)
 # fla-core travels as wheels in .whl (carry it): installed to a folder on PYTHONPATH; TileLang, for the
 # requests' baselines, as .tilelang/site.tar.xz (scripts/pack_tilelang.sh; carry .tilelang).
 set -uo pipefail
@@ -45,6 +46,8 @@ for opt in "$@"; do
            cat "$OUT/ncu.txt" >> "$log"; grep -E "Duration|Registers Per|Achieved Occupancy|Memory Throughput|Issue Slots Busy" "$OUT/ncu.txt" ;;
     --ncu-loop) NCU_TIMEOUT=150 bash scripts/ncu_profile.sh _flush_kernel "$OUT/ncu_loop" python3 scripts/ncu_target.py 1024 pool 0.0625
                 cat "$OUT/ncu_loop.txt" >> "$log"; grep -E "Duration|Registers Per|Achieved Occupancy|Memory Throughput|Issue Slots Busy" "$OUT/ncu_loop.txt" ;;
+    --ncu-gdn) NCU_TIMEOUT=150 bash scripts/ncu_profile.sh _flush_kernel "$OUT/ncu_gdn" python3 scripts/ncu_target.py 256 flush 1 gdn
+               cat "$OUT/ncu_gdn.txt" >> "$log"; grep -E "Duration|Registers Per|Achieved Occupancy|Memory Throughput|Issue Slots Busy" "$OUT/ncu_gdn.txt" ;;
     --ncu-step) NCU_TIMEOUT=150 bash scripts/ncu_profile.sh _step_kernel "$OUT/ncu_step" python3 scripts/ncu_target.py 256 step
                 cat "$OUT/ncu_step.txt" >> "$log"; grep -E "Duration|Registers Per|Achieved Occupancy|DRAM Throughput|Issue Slots Busy" "$OUT/ncu_step.txt" ;;
     *) echo "unknown option $opt (see --help)"; exit 2 ;;

@@ -1,9 +1,10 @@
 """A small workload for Nsight Compute, run twice (the first call compiles; profile the second,
 the only one between cudaProfilerStart and Stop: `ncu --profile-from-start off`):
-``python scripts/ncu_target.py [B] [flush|pool|step] [DUE]`` -- run() (the flush, functional
-form), flush_inplace() on a pool of B sequences filled as the bench fills it with each program
-due with probability DUE (default 1: the bench's all-due timing; its window restored before the
-second call), or step() (the decode step) on B sequences of the random family."""
+``python scripts/ncu_target.py [B] [flush|pool|step] [DUE] [kda|gdn]`` -- run() (the flush,
+functional form), flush_inplace() on a pool of B sequences filled as the bench fills it with each
+program due with probability DUE (default 1: the bench's all-due timing; its window restored
+before the second call), or step() (the decode step) on B sequences of the random family; of the
+KDA family unless the last argument is gdn (the flush and the step only)."""
 
 import sys
 
@@ -14,7 +15,14 @@ if any(a in ("-h", "--help") for a in sys.argv[1:]):
     sys.exit(0)
 B = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 op = sys.argv[2] if len(sys.argv) > 2 else "flush"
-if op == "step":
+family = sys.argv[4] if len(sys.argv) > 4 else "kda"
+if family == "gdn" and op != "pool":
+    from leapquant.eval import gdn_inputs
+    from leapquant.gdn import run, step
+
+    call = step if op == "step" else run
+    x = (gdn_inputs.make_step if op == "step" else gdn_inputs.make_flush)("random", B, "cuda", seed=1)
+elif op == "step":
     from leapquant.eval import step_inputs
     from leapquant.kda import step as call
 
