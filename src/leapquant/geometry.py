@@ -20,6 +20,13 @@ TOKEN_LIMIT = 2.0**14  # max|u_r| above this moves powers of two from u_r to q_r
 # dependent one (a zero column keeps 0 of 0): the Gluon kernel's Cholesky QR takes a second pass;
 # on the unit-scaled qk path, the reference's path
 ILL_COLUMN = 1e-8
+# the scalar gate (GDN): a window whose gate product p is below this takes the reference's path
+# (qk orthonormalised) at once, without the unit-scaled qk's attempt. There the state is mostly
+# its last few window entries, numerically of low rank, and S S^T q0 was ill-conditioned in 71%
+# (p in [1e-3, 1e-2)) to 100% (p < 1e-3) of the engine loop's flushed programs, 26% in [1e-2,
+# 0.1), none above (GDN, 16 sequences, 768 programs: scripts/experiments/ill_share.py;
+# docs/design.md, "The flush's path by the gate product")
+QK_FIRST_BELOW = 1e-2
 # The Gluon decode step's codes products on the integer tensor cores: each thin vector f x as
 # STEP_DIGITS signed digits of STEP_DIGIT_BITS bits under one power of two (55 bits below its
 # largest element with eight: fp32's 24 bits for every element within 2^31 of it; step/emulation.py)

@@ -38,6 +38,10 @@ Flush families (``FLUSH_FAMILIES``; the 10 arguments of ``leapquant.gdn.run``, `
 - ``second_window``: the fp32 GDN reference's checkpoint (``leapquant.gdn.reference``) of
   ``structured`` plus a fresh full window (KDA's structured window, ``p`` from its log-gates);
 - ``random``: KDA's random flush (``w ~ U(0, 1)``; ``p`` near ``e^-2.5`` as the random step's).
+- ``fast_decay``: ``random`` with the window a fast scalar decay leaves, as the GDN step builds
+  it: a per-token gate ``g`` log-uniform in ``FAST_DECAY_GATES`` a (sequence, head), ``w_j =
+  g^(L-1-j)`` and ``p = g^L`` (1e-16 to 0.03): states of numerically low rank, on both sides of
+  the flush's ``geometry.QK_FIRST_BELOW`` (not one of the requests' families).
 
 ``heads`` (even, 2 to 32) keeps the first ``heads`` value heads and the first ``heads / 2`` key
 heads of the 32-head inputs (the edge-case heads 1..6 or 1..8 among them where ``heads`` allows).
@@ -46,6 +50,8 @@ families they define) and this package's KDA families.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -61,9 +67,10 @@ CHECKPOINT_ARGS = FLUSH_ARGS[:5]
 WINDOW_ARGS = tuple(GDN.window)  # kbuf, ubuf, w, p
 TOKEN_ARGS = ("qx", "kx", "vx", "a", "b")
 STEP_FAMILIES = ("structured", "next_step", "random")
-FLUSH_FAMILIES = ("structured", "second_window", "random")
+FLUSH_FAMILIES = ("structured", "second_window", "random", "fast_decay")
 P_FLOOR = 1e-30  # smallest gate product p (a checkpoint decayed to nothing)
 P_SOFTEN = 4.0  # p = exp(mean_k pcum / P_SOFTEN): KDA's summed log-gates softened into GDN's range
+FAST_DECAY_GATES = (0.1, 0.8)  # fast_decay's per-token gates g, log-uniform
 NEXT_STEP_SEED = 7919  # seed offset of next_step's fresh token and second_window's fresh window
 
 
@@ -181,8 +188,20 @@ def _flush_random(B, device, seed):
     return from_kda_flush(flush_inputs.make("random", B, device, seed))
 
 
+def _flush_fast_decay(B, device, seed):
+    x = _flush_random(B, device, seed)
+    lo, hi = FAST_DECAY_GATES
+    u = Draw(device, seed + NEXT_STEP_SEED).uniform(0.0, 1.0, B, x["p"].shape[1])
+    g = torch.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * u)  # [B, H]
+    age = torch.arange(L - 1, -1, -1, device=device, dtype=torch.float32)  # entry j was appended L-1-j steps ago
+    x["w"] = g[..., None] ** age
+    x["p"] = g**L
+    return x
+
+
 STEP_BUILDERS = {"structured": _step_structured, "next_step": _step_next, "random": _step_random}
-FLUSH_BUILDERS = {"structured": _flush_structured, "second_window": _flush_second_window, "random": _flush_random}
+FLUSH_BUILDERS = {"structured": _flush_structured, "second_window": _flush_second_window, "random": _flush_random,
+                  "fast_decay": _flush_fast_decay}
 
 
 def make_step(family: str, B: int, device="cpu", seed: int = 0, heads: int = H) -> dict:

@@ -30,7 +30,8 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
   ILL_COLUMN (1e-8) of its squared norm, or none of it (S S^T q0 conditioned beyond ~1e4:
   rank-deficient or very coherent states, q0 with repeated or zero columns) the program takes
   the reference's path: qk orthonormalised, S qk again, qv with a Gram-Schmidt fallback for
-  dependent columns.
+  dependent columns. A scalar-gate window with its gate product below QK_FIRST_BELOW takes that
+  path at once: its state is mostly its last few entries, and the first attempt mostly ill.
 - E is formed once, after the iteration, in the wgmma accumulator of the program's one warpgroup
   (two m64 tiles, 128 registers a thread); nothing the size of S is live during the iteration.
 - One warpgroup a program, two resident CTAs an SM (255 registers a thread): two programs'
@@ -70,7 +71,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-from ..geometry import ILL_COLUMN, K
+from ..geometry import ILL_COLUMN, K, QK_FIRST_BELOW
 from ..fp32_bits import clamped_exponent, exponent, pow2
 from ..gluon_compat import async_load, reinterpret, thread_barrier
 from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flag_tile, flag_tiles,
@@ -85,6 +86,7 @@ CTAS_PER_SM = 2  # resident CTAs an SM: the persistent grid is this times the SM
 assert CTAS_PER_SM <= MOST_CTAS_PER_SM  # the pool's pick scratch is sized for MOST_CTAS_PER_SM
 THIN = gl.constexpr(16)  # thin products' columns: a [N, R] operand's hi, lo and mid parts and R zeros
 LOW_RANK = gl.constexpr(32)  # rows of the low-rank tiles A and KU
+QK_FIRST = gl.constexpr(QK_FIRST_BELOW)  # the scalar gate: p below this takes the reference's path at once
 # Cholesky QR keeps |Q^T Q - I| ~ eps64 cond^2; a pivot below this fraction of its column
 # (cond above ~1e4) sends the unit-scaled qk path to the reference's path, whose qv basis gets a
 # second pass there so that it stays orthonormal to fp32 accuracy (its qk basis takes one)
@@ -678,6 +680,21 @@ def _reset_window(prog, w, gbuf, pcum, NL: gl.constexpr, NK: gl.constexpr, SCALA
         gl.store(pcum + prog * NK + gl.arange(0, NK, layout=WORDS), gl.zeros([NK], gl.float32, WORDS))
 
 
+@gluon.jit
+def _unit_scaled_path(a0, a1, a2, a3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, NV: gl.constexpr, NL: gl.constexpr,
+                      QM: gl.constexpr, NORM_MIN: gl.constexpr, DROP: gl.constexpr, SECOND: gl.constexpr):
+    # qv from qk = S^T q0 with each column scaled by its own power of two, not orthonormalised:
+    # the reference's qk is S^T q0 R^-1 (R upper triangular with a positive diagonal), and S qk
+    # R^-1 has the same QR factor Q as S qk, so qv is the reference's in exact arithmetic. Also
+    # returns whether that basis was ill-conditioned (the caller then takes the reference's path)
+    k0 = _unit_scale(a0)
+    k1 = _unit_scale(a1)
+    k2 = _unit_scale(a2)
+    k3 = _unit_scale(a3)
+    b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, False, NV, NL, QM)  # S qk
+    return basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, False)  # qv, the token basis, and ill
+
+
 # not inlined: its lane-dependent constants are computed in it, not hoisted out of the persistent
 # loop and held across programs (at two CTAs an SM they spilled in the inlined 8-warp builds)
 @gluon.jit(noinline=True)
@@ -754,19 +771,20 @@ def _flush_program(
     # one round of subspace iteration on the factors
     a0, a1, a2, a3 = thin_products(q0_s[0].load(VEC), q0_s[1].load(VEC), q0_s[2].load(VEC), q0_s[3].load(VEC),
                                    c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # S^T q0
-    # qk = S^T q0 with each column scaled by its own power of two, not orthonormalised: the
-    # reference's qk is S^T q0 R^-1 (R upper triangular with a positive diagonal), and S qk R^-1
-    # has the same QR factor Q as S qk, so qv is the reference's in exact arithmetic
-    k0 = _unit_scale(a0)
-    k1 = _unit_scale(a1)
-    k2 = _unit_scale(a2)
-    k3 = _unit_scale(a3)
-    b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, False, NV, NL, QM)  # S qk
-    p0, p1, p2, p3, ill = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, False)  # qv, the token basis
+    if SCALAR_GATE:  # a strongly decayed window (p < QK_FIRST) is mostly ill: the other path at once
+        strong = gl.load(pcum + prog) < QK_FIRST
+        if strong:
+            p0, p1, p2, p3, ill = a0, a1, a2, a3, strong  # (placeholders: the reference's path below)
+        else:
+            p0, p1, p2, p3, ill = _unit_scaled_path(a0, a1, a2, a3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s,
+                                                    NV, NL, QM, NORM_MIN, DROP, SECOND)
+    else:
+        p0, p1, p2, p3, ill = _unit_scaled_path(a0, a1, a2, a3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s,
+                                                NV, NL, QM, NORM_MIN, DROP, SECOND)
     if ill:
-        # rare: S S^T q0 conditioned beyond ~1e4 (a rank-deficient or very coherent state, q0
-        # with repeated columns), where fp32 products no longer hold qv's last columns to the
-        # tokens' precision: the reference's path, qk orthonormalised first (a dependent column
+        # S S^T q0 conditioned beyond ~1e4 (rare in KDA: a rank-deficient or very coherent state,
+        # q0 with repeated columns; common where a scalar gate decays fast), where fp32 products
+        # no longer hold qv's last columns to the tokens' precision: the reference's path, qk orthonormalised first (a dependent column
         # replaced by e_r)
         k0, k1, k2, k3, _ = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND, True)
         b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, False, NV, NL, QM)

@@ -36,12 +36,13 @@ import torch
 import triton
 import triton.language as tl
 
-from ..geometry import ILL_COLUMN
+from ..geometry import ILL_COLUMN, QK_FIRST_BELOW
 from ..fp32_bits import clamped_exponent, exponent, pow2
 from ..launch import CTAS_PER_SM, FLAG_TILE, FLUSH_CONSTANTS, flush_arguments, interpreting, pool_picks, resident_ctas
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the thin operands ride in a 16-column block
 LOW_RANK_ROWS = 32  # the low-rank tile: window (L), q_hi (R), q_lo (R), zero rows
+QK_FIRST = tl.constexpr(QK_FIRST_BELOW)  # the scalar gate: p below this takes the reference's path at once
 NUM_WARPS = 8
 # bf16 parts of the thin operands (s_v * x, f * y) in the three subspace products: 3 (fp32
 # class) or 2 (~2^-16). They sit side by side in one product of N = 16, so a third part costs
@@ -414,15 +415,22 @@ def _flush_one(
 ):
     # program (slot, head) flushed with qk unit-scaled; the reference's path (qk orthonormalised)
     # only where that run's qv basis was ill-conditioned (uniform), as a second run, so that
-    # no register copy of the first run's operands stays live through it
-    if _flush_program(
-        slot, head,
-        codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
-        kbuf, ubuf, gbuf, w, pcum, q0,
-        C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
-        Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
-        QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL, False, SCALAR_GATE,
-    ):
+    # no register copy of the first run's operands stays live through it, or at once for a
+    # scalar-gate window with its gate product below QK_FIRST (mostly ill there)
+    if SCALAR_GATE:
+        again = tl.load(pcum + slot * NH + head) < QK_FIRST
+    else:
+        again = False
+    if not again:
+        again = _flush_program(
+            slot, head,
+            codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
+            kbuf, ubuf, gbuf, w, pcum, q0,
+            C_SLOT, C_HEAD, SK_SLOT, SK_HEAD, SV_SLOT, SV_HEAD, U_SLOT, U_HEAD, U_ROW,
+            Q_SLOT, Q_HEAD, Q_ROW, IN_PLACE, UPCAST, PARTS, NH, NV, NK, NL, NR, RP, MR,
+            QM, SCALE_MIN, NORM_MIN, DROP, U_LIMIT, MAGIC, MAGIC_BITS, ILL, False, SCALAR_GATE,
+        )
+    if again:
         _flush_program(
             slot, head,
             codes_in, sk_in, sv_in, u_in, q_in, codes_out, sk_out, sv_out, u_out, q_out,
