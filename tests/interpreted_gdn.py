@@ -37,6 +37,34 @@ for fam in gdn_inputs.FLUSH_FAMILIES:
     out["flush"][f"{fam}_b2"] = timed(f"flush_{fam}_b2", gdn_checks.functional_flush, fam, 2, "cpu", flush_kernel,
                                       heads=4)
 out["dead_rows"] = timed("dead_rows", gdn_checks.dead_rows_unused, "cpu", step_kernel, heads=32)
+
+
+def flush_routes():
+    # the path each program takes: the portable kernel's program body spied on (the interpreter
+    # resolves it by name at run time). The random family (no program ill on the unit-scaled
+    # path) with the even heads' gate product moved below ORTHONORMAL_QK_BELOW: those run the
+    # reference's path once (ORTHONORMAL_QK), the odd ones the unit-scaled path once
+    from leapquant.flush import triton_kernel
+    from leapquant.geometry import ORTHONORMAL_QK_BELOW
+
+    x = gdn_inputs.make_flush("random", 1, "cpu", seed=5, heads=8)
+    x["p"][:, ::2] = ORTHONORMAL_QK_BELOW / 2
+    x["p"][:, 1::2] = ORTHONORMAL_QK_BELOW * 2
+    calls, body = [], triton_kernel._flush_program
+
+    def spy(slot, head, *args):
+        calls.append((int(head), bool(args[-2])))  # args[-2]: ORTHONORMAL_QK
+        return body(slot, head, *args)
+
+    triton_kernel._flush_program = spy
+    try:
+        flush_kernel(x)
+    finally:
+        triton_kernel._flush_program = body
+    return {"calls": sorted(calls), "expected": [(h, h % 2 == 0) for h in range(8)]}
+
+
+out["routes"] = timed("routes", flush_routes)
 # the pool forms against the CPU pool path
 for fam in ("random", "structured"):
     out[f"pool_step_{fam}"] = timed(f"pool_step_{fam}", gdn_checks.pool_step_form, "cpu",

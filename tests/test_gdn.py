@@ -18,7 +18,7 @@ from leapquant import gdn, kda
 from leapquant.eval import flush_criterion, flush_inputs, gdn_criterion, gdn_inputs, step_inputs
 from leapquant.format import decode
 from leapquant.flush.naive import quantize, rebuild_scalar
-from leapquant.geometry import ERROR_KINDS, H, K, L, QK_FIRST_BELOW, QMAX, R, V
+from leapquant.geometry import ERROR_KINDS, H, K, L, ORTHONORMAL_QK_BELOW, QMAX, R, V
 
 F64 = torch.float64
 FULL, OUT = ERROR_KINDS.index("full_window"), ERROR_KINDS.index("out_of_domain")
@@ -160,7 +160,7 @@ def test_flush_families():
     r = gdn_inputs.make_flush("random", B, heads=8)
     assert r["codes"].shape == (B, 8, V, K) and r["q0"].shape == (V, R)
     # fast_decay: random's checkpoint under the window a per-token gate g leaves, w_j = g^(L-1-j),
-    # p = g^L, with windows on both sides of the flush's QK_FIRST_BELOW
+    # p = g^L, with windows on both sides of the flush's ORTHONORMAL_QK_BELOW
     f = gdn_inputs.make_flush("fast_decay", 4)
     assert all(torch.equal(f[n], x) for n, x in gdn_inputs.make_flush("random", 4).items() if n not in ("w", "p"))
     g = f["w"][..., L - 2]
@@ -168,7 +168,7 @@ def test_flush_families():
     assert bool(((g >= lo) & (g <= hi)).all()) and bool((f["w"][..., L - 1] == 1).all())
     assert torch.allclose(f["w"], g[..., None] ** torch.arange(L - 1, -1, -1.0), rtol=1e-5, atol=0)
     assert torch.allclose(f["p"], g**L, rtol=1e-5, atol=0)
-    assert bool((f["p"] < QK_FIRST_BELOW).any()) and bool((f["p"] >= QK_FIRST_BELOW).any())
+    assert bool((f["p"] < ORTHONORMAL_QK_BELOW).any()) and bool((f["p"] >= ORTHONORMAL_QK_BELOW).any())
 
 
 # --- the criteria: what they pass and what they fail ---------------------------------------------
@@ -596,6 +596,14 @@ def test_interpreted_step_meets_the_criterion(verdicts, case):
 def test_interpreted_flush_meets_the_criterion(verdicts, case):
     v = verdicts["flush"][case]
     assert v["ok"] and v["batch_head"] <= 1.01 and v["well_formed"] and v["inputs_unchanged"], v
+
+
+@pytest.mark.interpreter
+def test_interpreted_flush_routes_by_the_gate_product(verdicts):
+    # below ORTHONORMAL_QK_BELOW straight to the reference's path, at or above it the unit-scaled
+    # path alone (no program of these inputs is ill there)
+    v = verdicts["routes"]
+    assert v["calls"] == v["expected"], v
 
 
 @pytest.mark.interpreter

@@ -1,5 +1,5 @@
 """How often the flush's unit-scaled qk path finds its qv basis ill-conditioned in the engine
-loop's states, by the window's gate product (CPU; the evidence for ``geometry.QK_FIRST_BELOW``).
+loop's states, by the window's gate product (CPU; the evidence for ``geometry.ORTHONORMAL_QK_BELOW``).
 
     python scripts/experiments/ill_share.py [--family gdn] [--batch 16] [--tokens 40] [--skip 16]
 

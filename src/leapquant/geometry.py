@@ -26,7 +26,7 @@ ILL_COLUMN = 1e-8
 # (p in [1e-3, 1e-2)) to 100% (p < 1e-3) of the engine loop's flushed programs, 26% in [1e-2,
 # 0.1), none above (GDN, 16 sequences, 768 programs: scripts/experiments/ill_share.py;
 # docs/design.md, "The flush's path by the gate product")
-QK_FIRST_BELOW = 1e-2
+ORTHONORMAL_QK_BELOW = 1e-2
 # The Gluon decode step's codes products on the integer tensor cores: each thin vector f x as
 # STEP_DIGITS signed digits of STEP_DIGIT_BITS bits under one power of two (55 bits below its
 # largest element with eight: fp32's 24 bits for every element within 2^31 of it; step/emulation.py)

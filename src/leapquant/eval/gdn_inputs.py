@@ -40,8 +40,8 @@ Flush families (``FLUSH_FAMILIES``; the 10 arguments of ``leapquant.gdn.run``, `
 - ``random``: KDA's random flush (``w ~ U(0, 1)``; ``p`` near ``e^-2.5`` as the random step's).
 - ``fast_decay``: ``random`` with the window a fast scalar decay leaves, as the GDN step builds
   it: a per-token gate ``g`` log-uniform in ``FAST_DECAY_GATES`` a (sequence, head), ``w_j =
-  g^(L-1-j)`` and ``p = g^L`` (1e-16 to 0.03): states of numerically low rank, on both sides of
-  the flush's ``geometry.QK_FIRST_BELOW`` (not one of the requests' families).
+  g^(L-1-j)`` and ``p = g^L`` (4e-9 to 0.19): states of numerically low rank, on both sides of
+  the flush's ``geometry.ORTHONORMAL_QK_BELOW`` (not one of the requests' families).
 
 ``heads`` (even, 2 to 32) keeps the first ``heads`` value heads and the first ``heads / 2`` key
 heads of the 32-head inputs (the edge-case heads 1..6 or 1..8 among them where ``heads`` allows).
@@ -70,8 +70,8 @@ STEP_FAMILIES = ("structured", "next_step", "random")
 FLUSH_FAMILIES = ("structured", "second_window", "random", "fast_decay")
 P_FLOOR = 1e-30  # smallest gate product p (a checkpoint decayed to nothing)
 P_SOFTEN = 4.0  # p = exp(mean_k pcum / P_SOFTEN): KDA's summed log-gates softened into GDN's range
-FAST_DECAY_GATES = (0.1, 0.8)  # fast_decay's per-token gates g, log-uniform
-NEXT_STEP_SEED = 7919  # seed offset of next_step's fresh token and second_window's fresh window
+FAST_DECAY_GATES = (0.3, 0.9)  # fast_decay's per-token gates g, log-uniform: p = g^L from 4e-9 to 0.19
+NEXT_STEP_SEED = 7919  # seed offset of next_step's fresh token, second_window's fresh window and fast_decay's gates
 
 
 def gate_product(pcum: torch.Tensor) -> torch.Tensor:

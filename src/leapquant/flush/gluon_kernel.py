@@ -30,7 +30,7 @@ rows exact); KU' is KU with its token rows times exp(pcum), which the kernel app
   ILL_COLUMN (1e-8) of its squared norm, or none of it (S S^T q0 conditioned beyond ~1e4:
   rank-deficient or very coherent states, q0 with repeated or zero columns) the program takes
   the reference's path: qk orthonormalised, S qk again, qv with a Gram-Schmidt fallback for
-  dependent columns. A scalar-gate window with its gate product below QK_FIRST_BELOW takes that
+  dependent columns. A scalar-gate window with its gate product below ORTHONORMAL_QK_BELOW takes that
   path at once: its state is mostly its last few entries, and the first attempt mostly ill.
 - E is formed once, after the iteration, in the wgmma accumulator of the program's one warpgroup
   (two m64 tiles, 128 registers a thread); nothing the size of S is live during the iteration.
@@ -71,7 +71,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, warpgroup_mma,
                                                                  warpgroup_mma_wait)
 
-from ..geometry import ILL_COLUMN, K, QK_FIRST_BELOW
+from ..geometry import ILL_COLUMN, K, ORTHONORMAL_QK_BELOW
 from ..fp32_bits import clamped_exponent, exponent, pow2
 from ..gluon_compat import async_load, reinterpret, thread_barrier
 from ..launch import (FLAG_TILE, FLUSH_CONSTANTS, GLUON_VERIFIED_TRITON, MOST_CTAS_PER_SM, flag_tile, flag_tiles,
@@ -86,7 +86,8 @@ CTAS_PER_SM = 2  # resident CTAs an SM: the persistent grid is this times the SM
 assert CTAS_PER_SM <= MOST_CTAS_PER_SM  # the pool's pick scratch is sized for MOST_CTAS_PER_SM
 THIN = gl.constexpr(16)  # thin products' columns: a [N, R] operand's hi, lo and mid parts and R zeros
 LOW_RANK = gl.constexpr(32)  # rows of the low-rank tiles A and KU
-QK_FIRST = gl.constexpr(QK_FIRST_BELOW)  # the scalar gate: p below this takes the reference's path at once
+# the scalar gate: a gate product p below this takes the reference's path at once
+ORTHONORMAL_BELOW = gl.constexpr(ORTHONORMAL_QK_BELOW)
 # Cholesky QR keeps |Q^T Q - I| ~ eps64 cond^2; a pivot below this fraction of its column
 # (cond above ~1e4) sends the unit-scaled qk path to the reference's path, whose qv basis gets a
 # second pass there so that it stays orthonormal to fp32 accuracy (its qk basis takes one)
@@ -771,10 +772,10 @@ def _flush_program(
     # one round of subspace iteration on the factors
     a0, a1, a2, a3 = thin_products(q0_s[0].load(VEC), q0_s[1].load(VEC), q0_s[2].load(VEC), q0_s[3].load(VEC),
                                    c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, True, NK, NL, QM)  # S^T q0
-    if SCALAR_GATE:  # a strongly decayed window (p < QK_FIRST) is mostly ill: the other path at once
-        strong = gl.load(pcum + prog) < QK_FIRST
-        if strong:
-            p0, p1, p2, p3, ill = a0, a1, a2, a3, strong  # (placeholders: the reference's path below)
+    if SCALAR_GATE:  # a strongly decayed window (p < ORTHONORMAL_BELOW), mostly ill: the other path at once
+        decayed = gl.load(pcum + prog) < ORTHONORMAL_BELOW
+        if decayed:
+            p0, p1, p2, p3, ill = a0, a1, a2, a3, decayed  # (placeholders: the reference's path below)
         else:
             p0, p1, p2, p3, ill = _unit_scaled_path(a0, a1, a2, a3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s,
                                                     NV, NL, QM, NORM_MIN, DROP, SECOND)
@@ -784,8 +785,8 @@ def _flush_program(
     if ill:
         # S S^T q0 conditioned beyond ~1e4 (rare in KDA: a rank-deficient or very coherent state,
         # q0 with repeated columns; common where a scalar gate decays fast), where fp32 products
-        # no longer hold qv's last columns to the tokens' precision: the reference's path, qk orthonormalised first (a dependent column
-        # replaced by e_r)
+        # no longer hold qv's last columns to the tokens' precision: the reference's path, qk
+        # orthonormalised first (a dependent column replaced by e_r)
         k0, k1, k2, k3, _ = basis(a0, a1, a2, a3, False, NK, NORM_MIN, DROP, SECOND, True)
         b0, b1, b2, b3 = thin_products(k0, k1, k2, k3, c_s, x_s, b_s, bt_s, win_s, ku_s, vec_s, False, NV, NL, QM)
         p0, p1, p2, p3, _ = basis(b0, b1, b2, b3, True, NV, NORM_MIN, DROP, SECOND, True)

@@ -36,13 +36,14 @@ import torch
 import triton
 import triton.language as tl
 
-from ..geometry import ILL_COLUMN, QK_FIRST_BELOW
+from ..geometry import ILL_COLUMN, ORTHONORMAL_QK_BELOW
 from ..fp32_bits import clamped_exponent, exponent, pow2
 from ..launch import CTAS_PER_SM, FLAG_TILE, FLUSH_CONSTANTS, flush_arguments, interpreting, pool_picks, resident_ctas
 
 RANK_PAD = 16  # tl.dot needs every dim >= 16: the thin operands ride in a 16-column block
 LOW_RANK_ROWS = 32  # the low-rank tile: window (L), q_hi (R), q_lo (R), zero rows
-QK_FIRST = tl.constexpr(QK_FIRST_BELOW)  # the scalar gate: p below this takes the reference's path at once
+# the scalar gate: a gate product p below this takes the reference's path at once
+ORTHONORMAL_BELOW = tl.constexpr(ORTHONORMAL_QK_BELOW)
 NUM_WARPS = 8
 # bf16 parts of the thin operands (s_v * x, f * y) in the three subspace products: 3 (fp32
 # class) or 2 (~2^-16). They sit side by side in one product of N = 16, so a third part costs
@@ -416,9 +417,9 @@ def _flush_one(
     # program (slot, head) flushed with qk unit-scaled; the reference's path (qk orthonormalised)
     # only where that run's qv basis was ill-conditioned (uniform), as a second run, so that
     # no register copy of the first run's operands stays live through it, or at once for a
-    # scalar-gate window with its gate product below QK_FIRST (mostly ill there)
+    # scalar-gate window with its gate product below ORTHONORMAL_BELOW (mostly ill there)
     if SCALAR_GATE:
-        again = tl.load(pcum + slot * NH + head) < QK_FIRST
+        again = tl.load(pcum + slot * NH + head) < ORTHONORMAL_BELOW
     else:
         again = False
     if not again:
