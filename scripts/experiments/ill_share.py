@@ -5,30 +5,28 @@ loop's states, by the window's gate product (CPU; the evidence for ``geometry.OR
 
 Runs one layer of the engine loop's model (``leapquant.eval.engine_loop.Model``: its pool, staggered
 windows, tokens and gates) on the CPU: a step and a flush a token. Before each flush, for every due
-program, the rebuilt state S (fp64), X = S S^T q0 with unit columns, and the share of its squared
-norm each column keeps after the earlier ones (R's diagonal squared): ill where a column keeps less
-than ``ILL_COLUMN`` (the kernels' test). Counts from token ``--skip`` on (the windows the steps
-built), binned by the gate product p (GDN) or by exp(max pcum) (KDA)."""
+program, the rebuilt state S (fp64) and the kernels' test on X = S S^T q0: the qv basis
+``flush.emulation.basis`` builds, flagged where a column keeps less than ``ILL_COLUMN`` of its
+squared norm. Counts from token ``--skip`` on (the windows the steps built), binned by the gate
+product p (GDN) or by exp(max pcum) (KDA)."""
 
 import argparse
 
 import torch
 
-from leapquant import gdn, kda
 from leapquant.eval import engine_loop
+from leapquant.eval.step_loop import FAMILY_API
 from leapquant.family import FAMILIES
-from leapquant.flush import naive
+from leapquant.flush import emulation, naive
 from leapquant.geometry import ILL_COLUMN, L
 
 BINS = (0.0, 1e-8, 1e-4, 1e-3, 1e-2, 0.1, 1.01)
 
 
 def ill_flags(S: torch.Tensor, q0: torch.Tensor) -> torch.Tensor:
-    """[n] bool: the unit-scaled path's qv basis of S [n, V, K] (fp64) is ill-conditioned."""
-    X = S @ (S.transpose(-1, -2) @ q0.double())
-    X = X / X.norm(dim=-2, keepdim=True).clamp_min(1e-300)
-    kept = torch.diagonal(torch.linalg.qr(X, mode="r").R, dim1=-2, dim2=-1) ** 2
-    return (kept[..., 1:] < ILL_COLUMN).any(-1) | ~torch.isfinite(kept).all(-1)
+    """[n] bool: the unit-scaled path's qv basis of S [n, V, K] is ill-conditioned (the kernels'
+    flag; column scalings of S^T q0 do not change it)."""
+    return emulation.basis(S @ (S.transpose(-1, -2) @ q0.to(S.dtype)), twice=True, flag_below=ILL_COLUMN)[1]
 
 
 def main() -> None:
@@ -39,7 +37,7 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=L)
     args = ap.parse_args()
     fam = FAMILIES[args.family]
-    api = {"kda": kda, "gdn": gdn}[fam.name]
+    api = FAMILY_API[fam.name]
     m = engine_loop.Model(args.batch, "cpu", layers=1, matmul=False, fla=False, family=fam)
     pool, par = m.pools[0], m.params
     gates, flags = [], []
