@@ -116,7 +116,7 @@ def compile_step(in_place: bool, gluon: bool = False, layout: str = "packed", he
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(params)
              if n in STEP_POINTERS and n not in unspecialised and n not in consts}
     src = Source(fn, sig, constexprs={(params.index(k),): v for k, v in consts.items() if k in params}, attrs=attrs)
-    options = {"num_warps": st.NUM_WARPS, "maxnreg": st.max_registers(consts["SCALAR_GATE"])} if gluon else {"num_warps": st.NUM_WARPS, "num_stages": 1}
+    options = {"num_warps": st.NUM_WARPS, "maxnreg": st.MAX_REGISTERS} if gluon else {"num_warps": st.NUM_WARPS, "num_stages": 1}
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 

@@ -62,15 +62,6 @@ NUM_WARPS = 4
 # (one spilled word) -1% more at B=512 but +7% at B=64. Before the integer tensor cores the fp32
 # codes needed 96 (2026-12-02: -6.7% against 128)
 MAX_REGISTERS = 72
-# the scalar gate's build (GDN) has no gates to stage (26,704 B of shared memory): at 64 registers
-# 8 CTAs share an SM, so that 32 sequences of 32 heads (1,024 programs) run in one wave of 132 SMs
-# (7 an SM: 924 slots, a second wave of 100 programs); 11 words spilled in the request layout
-SCALAR_GATE_REGISTERS = 64
-
-
-def max_registers(scalar_gate: bool) -> int:
-    """The register cap a thread of the build of this gate (``SCALAR_GATE``) is compiled with."""
-    return SCALAR_GATE_REGISTERS if scalar_gate else MAX_REGISTERS
 WIN = gl.constexpr(gl.BlockedLayout([16, 1], [1, 32], [1, 4], [0, 1]))  # [L, N]: a column a thread
 TOK = gl.constexpr(gl.BlockedLayout([4, 1], [1, 32], [1, 4], [0, 1]))  # [R, N]: a column a thread
 KEYS = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [L, K]: 16 columns a thread
@@ -302,4 +293,4 @@ def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None
     with torch.cuda.device(o.device):
         return _step_kernel[(n_rows * o.shape[1],)](
             **step_arguments(ckpt, window, fill, token, A_log, dt_bias, o, new, idx, errors, guard_full, key_group),
-            num_warps=NUM_WARPS, maxnreg=max_registers(scalar_gate=window[2] is None))
+            num_warps=NUM_WARPS, maxnreg=MAX_REGISTERS)
