@@ -1,5 +1,5 @@
-"""Gluon kernel of the per-token KDA decode step for Hopper (sm_90a): one program = one
-(sequence, head).
+"""Gluon kernel of the per-token decode step (both families) for Hopper (sm_90a): one program =
+one (sequence, head).
 
 The portable kernel's formulation and phases (``triton_kernel.py``: every load first, the
 window's rows only below the fill count), with the layouts chosen by hand so that the sums cost
@@ -17,11 +17,19 @@ few shuffles and few shared-memory rounds, and the codes products on the integer
 - kn and qn travel as pairs (``_pair_to``): each of their layout changes, and the tokens'
   cross-warp sums, is one exchange for both;
 - the codes and the window's live rows (16 KiB, plus 768 h - 256 B below a fill count h >= 1)
-  are copied into shared memory (cp.async, 16 bytes a thread) while the small loads and the
-  token's phase run, so no registers wait on them; at 72 registers a thread, 7 CTAs share an
-  SM. Rows at or past h are not read (2026-12-04: -12% at B=16, -5% at B=256, -1.4% at
-  B=512 at fill count 1; even to +1.4% at a full window, where the copies' wait for h is all it
-  changes).
+  are copied into shared memory (cp.async, 16 bytes a thread) while the token's phase runs, so
+  no registers wait on them; at 72 registers a thread, 7 CTAs share an SM. Rows at or past h are
+  not read (2026-12-04: -12% at B=16, -5% at B=256, -1.4% at B=512 at fill count 1);
+- the order of a program's memory round trips: the token's loads (``token_loads``, none depends
+  on the slot) first, then the slot id; every load of the slot and the codes' copy; a barrier;
+  only then the window's copies, which wait for h. Without the barrier ptxas put those copies
+  first and every other load a round trip later; a branch on the slot id made it sink the
+  token's loads past it, so a row with no sequence reads slot 0's region (L2 hits) and writes
+  nothing but its zero output row. The weights also come an entry a thread (``ENTRIES``) for
+  the entry's writes: held 16 a thread, a scalar gate's decayed weights cost ~100 instructions.
+  Together (offline: 1,320 SASS a warp instead of 1,456 in GDN's request layout, 1,504 instead
+  of 1,536 in KDA's packed one) -14 to -17% on GDN's step at B <= 128 and -7% at B=512, -12%
+  to -3% on KDA's (H100, 2026-12-07, docs/benchmarks.md).
 
 Measured on the H200 (2026-12-03, A/B runs in one process; docs/benchmarks.md): the integer tensor
 cores took 3% off at B >= 256 (21% fewer SASS instructions, 22% fewer executed: most became idle
@@ -51,7 +59,7 @@ from ..geometry import STEP_DIGIT_BITS, STEP_DIGITS, STEP_EXPONENT_RANGE
 from ..fp32_bits import clamped_exponent, pow2
 from ..gluon_compat import async_load, thread_barrier
 from ..launch import GLUON_VERIFIED_TRITON, STEP_UNSPECIALISED, step_arguments
-from .tl_common import entry_decay, round_bf16, token_side, write_entry
+from .tl_common import entry_decay, round_bf16, token_loads, token_side, write_entry
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4
@@ -94,6 +102,7 @@ K_STEP = gl.constexpr(32)  # k of one mma.sync m16n8k32
 # xor the row) so that ldmatrix's eight 16-byte rows of an 8 x 8 matrix hit distinct banks
 COPY_BYTES = gl.constexpr(gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0]))  # [V, K] int8
 COPY_HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0]))  # [L, N] 16-bit
+ENTRIES = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # [L]: an entry a thread (threads t and t + 16 alike)
 CODES_STAGE = gl.constexpr(gl.SwizzledSharedLayout(16, 1, 8, [1, 0]))  # also the digits' [16, K] rows
 PLAIN = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
 @gluon.jit
@@ -182,23 +191,27 @@ def _step_kernel(
     head = c % NH
     n = gl.arange(0, NK, layout=COL)
     out_row = (row.to(gl.int64) * NH + head) * NV
-    if IN_PLACE:
-        slot = gl.load(idx + row).to(gl.int64)
-        if slot <= 0:  # no sequence: a zero output row, nothing else
-            gl.store(o + out_row + n, gl.zeros([NV], gl.bfloat16, COL))
-            return
-    else:
-        slot = row.to(gl.int64)
-    prog = slot * NH + head
     tok = row.to(gl.int64)
+    # the token's loads first: none depends on the slot, so they land under the slot id's load
+    kt, qt, vt, xg, b_t, a_log = token_loads(qx, kx, vx, a, b, A_log, dt_bias, tok, qk_row, v_row, head, n, n,
+                                             NH, NK, NV, SCALAR_GATE, KEY_GROUP)
+    # no branch on the slot id: ptxas would sink the token's loads past it. A row of idx with no
+    # sequence (<= 0) reads slot 0's region (one region for every such row: L2 hits) with no
+    # window rows, writes a zero output row and nothing else
+    if IN_PLACE:
+        sid = gl.load(idx + row)
+        slot = gl.maximum(sid, 0).to(gl.int64)
+    else:
+        sid = row + 1  # every row a sequence
+        slot = row.to(gl.int64)
+    valid = sid > 0
+    prog = slot * NH + head
     kwin = prog * (NL * NK)
     vwin = prog * (NL * NV)
 
-    # the codes' copy first, then the window's rows below the fill count h only (masked copies
-    # zero-fill and read nothing): a program moves 33,870 B at h = L - 1 and 23,118 B at h = 1
-    # (34,638 B at every h before 2026-12-04: every row but gbuf's first).
-    # The window's copies wait for h's load (ptxas also places that wait after the first of the
-    # codes' eight copies a thread)
+    # every load and the codes' copy first, then (after a barrier) the window's rows below the
+    # fill count h only (masked copies zero-fill and read nothing): a program moves 33,870 B at
+    # h = L - 1 and 23,118 B at h = 1 (34,638 B at every h before 2026-12-04)
     jw = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, WIN))  # rows in reversed entry order
     # the codes and the window copied (cp.async) into shared memory, rows in reversed entry order
     # like jw: no registers held while they land
@@ -210,21 +223,31 @@ def _step_kernel(
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, COPY_BYTES))[:, None]
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_BYTES))[None, :]
     async_load(codes_s, codes + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
-    h = gl.load(fill + prog)
+    h = gl.where(valid, gl.load(fill + prog), 0)
     s_vr = gl.load(s_v + slot * SV_SLOT + head * SV_HEAD + n)
     s_kr = gl.load(s_k + slot * SK_SLOT + head * SK_HEAD + n)
     w_all = gl.load(w + prog * NL + jw)
+    # the weights again, an entry a thread, for the entry's writes (every thread holding all 16,
+    # as w_all's layout does, cost ~100 instructions a thread on a scalar gate's decayed weights)
+    je = gl.arange(0, NL, layout=ENTRIES)
+    w_entries = gl.load(w + prog * NL + je)
     rt = gl.arange(0, NR, layout=gl.SliceLayout(1, TOK))
     nt = gl.arange(0, NK, layout=gl.SliceLayout(0, TOK))
     uu = gl.load(u + slot * U_SLOT + head * U_HEAD + rt[:, None] * U_ROW + nt[None, :])
     qq = gl.load(q + slot * Q_SLOT + head * Q_HEAD + rt[:, None] * Q_ROW + nt[None, :])
-    vt = gl.load(vx + tok * v_row + head * NV + n).to(gl.float32)
+    if SCALAR_GATE:  # the gate product p, one word
+        pcum_old = gl.load(pcum + prog)
+    else:
+        pcum_old = gl.load(pcum + prog * NK + n)
     full = False
-    if GUARD_FULL:  # hcnt == L with entry L - 1 (row 0 of jw's order) still weighted: full, never flushed
-        full = (h >= NL) & (gl.sum(gl.where(jw == NL - 1, w_all, 0.0), axis=0) != 0.0)
+    if GUARD_FULL:  # hcnt == L with entry L - 1 still weighted: full, never flushed
+        full = (h >= NL) & (gl.load(w + prog * NL + NL - 1) != 0.0)
     h = gl.where(h >= NL, 0, h)  # hcnt == L: the flush just emptied the window
     if GUARD_FULL:
         h = gl.where(full, NL, h)  # every entry live: the output still sees the whole window
+    # every load above is issued before a copy waits for h's: without this barrier ptxas placed
+    # the window's copies first, so that every other load went out a round trip later
+    thread_barrier()
     jc = NL - 1 - gl.arange(0, NL, layout=gl.SliceLayout(1, COPY_HALVES))[:, None]
     nh = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_HALVES))[None, :]
     live_rows = (jc < h) & (nh >= 0)  # entries 0 .. h-1; the gates of entries 1 .. h-1
@@ -233,9 +256,8 @@ def _step_kernel(
         async_load(gates_s, gbuf + kwin + (jc + 1) * NK + nh, mask=((jc + 1) < h) & (nh >= 0))
     async_load(vals_s, ubuf + vwin + jc * NV + nh, mask=live_rows)
     async_copy.commit_group()
-    kn, qn, kq, g, en, beta, pcum_n, pc, f, mk, mq = token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_kr, tok, qk_row,
-                                                                head, prog, n, NH, NK, NORM_EPS, SCALE, SP_THRESHOLD,
-                                                                BETA_SMALL, QM, SCALAR_GATE, KEY_GROUP)
+    kn, qn, kq, g, en, beta, pcum_n, pc, f, mk, mq = token_side(kt, qt, xg, b_t, a_log, pcum_old, s_kr, NORM_EPS,
+                                                                SCALE, SP_THRESHOLD, BETA_SMALL, QM, SCALAR_GATE)
     async_copy.wait_group(0)
     thread_barrier()
     keys = keys_s.load(WIN)
@@ -272,13 +294,14 @@ def _step_kernel(
     Skn = ck * s_vr + gl.sum(vl * pk[:, None], axis=0) + gl.convert_layout(gl.sum(qf * tk[:, None], axis=0), COL)
     Sqn = cq * s_vr + gl.sum(vl * pq[:, None], axis=0) + gl.convert_layout(gl.sum(qf * tq[:, None], axis=0), COL)
     u_new = beta * (vt - Skn)
-    gl.store(o + out_row + n, round_bf16(Sqn + kq * u_new))
+    gl.store(o + out_row + n, round_bf16(gl.where(valid, Sqn + kq * u_new, 0.0)))
 
     # the appended entry (pool form) or the fresh outputs
     if IN_PLACE:
         thread_barrier()  # every thread has read the window, pcum and the fill count
-    write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, n, jw,
-                kn, u_new, en, pcum_n, w_all, full, errors, IN_PLACE, NK, NV, NL, SCALAR_GATE)
+    if valid:
+        write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, n, je,
+                    kn, u_new, en, pcum_n, w_entries, full, errors, IN_PLACE, NK, NV, NL, SCALAR_GATE)
 
 
 def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None, guard_full=False,

@@ -86,40 +86,47 @@ def _sums_and_maxima(a0, a1, a2, a3, a4, b0, b1, b2, b3, b4):
 
 
 @triton.jit
-def token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_k, tok, qk_row, head, prog, k,
-               NH: tl.constexpr, NK: tl.constexpr, NORM_EPS: tl.constexpr, SCALE: tl.constexpr,
-               SP_THRESHOLD: tl.constexpr, BETA_SMALL: tl.constexpr, QM: tl.constexpr,
-               SCALAR_GATE: tl.constexpr, KEY_GROUP: tl.constexpr):
-    """This token's phase (``naive.normalize_qk``, ``naive.gate``) for program ``prog`` = (slot,
-    ``head``) serving token row ``tok``: loads ``kx``/``qx`` (bf16, row stride ``qk_row``), ``a``
-    (bf16 ``[N, H, K]``), ``b`` (bf16 ``[N, H]``), ``A_log`` (fp32 ``[H]``), ``dt_bias`` (fp32
-    ``[H, K]``) and the program's ``pcum`` (fp32 ``[K]``) at the [K] offsets ``k`` (any layout);
-    ``s_k`` the checkpoint's key scales there. Returns ``(kn, qn, kn . qn, g, en, beta, pcum_new,
-    pc, f, max|f kn|, max|f qn|)``: [K] fp32 vectors in ``k``'s layout (``g`` the log-space gate,
-    ``en = exp(g)``, ``pc = exp(pcum_new)``, ``f = s_k pc / QM``) and scalars (``kn . qn``,
-    ``beta`` bf16-exact as fp32, and the two maxima, each within a few ulps: one reduction
-    serves the norms, ``kn . qn`` and the maxima, which the Gluon kernel's digits scale by).
-
-    ``SCALAR_GATE`` (GDN): ``a`` bf16 ``[N, H]``, ``dt_bias`` fp32 ``[H]`` and ``pcum`` the gate
-    product ``p`` (one fp32 a program); ``g``, ``en`` (= at) and ``pcum_new`` (= p at) are scalars,
-    ``pc`` the [K] vector of ``p at``. ``KEY_GROUP``: heads a key head's q and k serve (GQA)."""
+def token_loads(qx, kx, vx, a, b, A_log, dt_bias, tok, qk_row, v_row, head, k, v,
+                NH: tl.constexpr, NK: tl.constexpr, NV: tl.constexpr, SCALAR_GATE: tl.constexpr,
+                KEY_GROUP: tl.constexpr):
+    """This token's inputs for the program of ``head`` serving token row ``tok``, as fp32: ``kt``,
+    ``qt`` (bf16 rows of stride ``qk_row``, at key head ``head // KEY_GROUP``) at the [K] offsets
+    ``k``, ``vt`` (row stride ``v_row``) at the [V] offsets ``v``, the gate's argument ``xg = a +
+    dt_bias`` (bf16 ``a`` ``[N, H, K]`` and fp32 ``dt_bias`` ``[H, K]`` at ``k``; ``SCALAR_GATE``: ``a``
+    ``[N, H]``, ``dt_bias`` ``[H]``, a scalar), ``b`` (bf16 ``[N, H]``) and ``A_log`` (fp32 ``[H]``).
+    None of them depends on the slot, so a program issues them before its slot id arrives."""
     kt = tl.load(kx + tok * qk_row + (head // KEY_GROUP) * NK + k).to(tl.float32)
     qt = tl.load(qx + tok * qk_row + (head // KEY_GROUP) * NK + k).to(tl.float32)
+    vt = tl.load(vx + tok * v_row + head * NV + v).to(tl.float32)
     if SCALAR_GATE:  # one gate a head
         xg = tl.load(a + tok * NH + head).to(tl.float32) + tl.load(dt_bias + head)
     else:
         xg = tl.load(a + (tok * NH + head) * NK + k).to(tl.float32) + tl.load(dt_bias + head * NK + k)
     b_t = tl.load(b + tok * NH + head).to(tl.float32)
-    if not SCALAR_GATE:
-        pcum_n = tl.load(pcum + prog * NK + k)
-    g = -tl.exp(tl.load(A_log + head)) * softplus(xg, SP_THRESHOLD)
+    return kt, qt, vt, xg, b_t, tl.load(A_log + head)
+
+
+@triton.jit
+def token_side(kt, qt, xg, b_t, a_log, pcum_old, s_k, NORM_EPS: tl.constexpr, SCALE: tl.constexpr,
+               SP_THRESHOLD: tl.constexpr, BETA_SMALL: tl.constexpr, QM: tl.constexpr, SCALAR_GATE: tl.constexpr):
+    """This token's phase (``naive.normalize_qk``, ``naive.gate``) for one program, from
+    ``token_loads``' values (``kt``, ``qt``, ``xg``, ``b_t``, ``a_log``), the program's ``pcum``
+    (fp32 [K], in ``kt``'s layout) and ``s_k``, the checkpoint's key scales. Returns ``(kn, qn, kn . qn, g, en, beta, pcum_new, pc, f,
+    max|f kn|, max|f qn|)``: [K] fp32 vectors in ``k``'s layout (``g`` the log-space gate, ``en =
+    exp(g)``, ``pc = exp(pcum_new)``, ``f = s_k pc / QM``) and scalars (``kn . qn``, ``beta``
+    bf16-exact as fp32, and the two maxima, each within a few ulps: one reduction serves the
+    norms, ``kn . qn`` and the maxima, which the Gluon kernel's digits scale by).
+
+    ``SCALAR_GATE`` (GDN): ``xg`` a scalar and ``pcum_old`` the gate product ``p`` (a scalar);
+    ``g``, ``en`` (= at) and ``pcum_new`` (= p at) are scalars, ``pc`` the [K] vector of ``p at``."""
+    g = -tl.exp(a_log) * softplus(xg, SP_THRESHOLD)
     en = tl.exp(g)
     beta = beta_bf16(b_t, BETA_SMALL)
     if SCALAR_GATE:
-        pcum_n = tl.load(pcum + prog) * en  # p at
+        pcum_n = pcum_old * en  # p at
         pc = s_k * 0.0 + pcum_n
     else:
-        pcum_n = pcum_n + g
+        pcum_n = pcum_old + g
         pc = tl.exp(pcum_n)
     f = s_k * pc * (1.0 / QM)
     # the three sums over k and the two maxima in one reduction (one cross-warp round where K

@@ -14,8 +14,8 @@ cores (the codes are exact in fp32, both products share one conversion): fp32 ac
 128 terms keeps the error ~1e-6 of the criterion's magnitude ``M``, against the request's 1e-5 M.
 
 Phases of a program (the names of ``naive.py`` where it has them):
-1. ``token_side``: this token's normalised ``kn``, ``qn``, its gate ``g``, ``en``, ``pcum_new``,
-   ``beta``.
+1. ``token_loads`` (issued before the slot id's load: none depends on it) and ``token_side``:
+   this token's normalised ``kn``, ``qn``, its gate ``g``, ``en``, ``pcum_new``, ``beta``.
 2. ``entry_decay`` [L, K] (a reverse cumulative product over the window's gates) and the key side:
    the window's projections ``w_j (kbuf_j * D_j) . x`` [L] and the tokens' ``(U' x)`` [R].
 3. the value side: ``C (f * x)`` scaled by ``s_v``, plus ``ubuf^T`` and ``Q^T`` times the key side's
@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from ..launch import STEP_UNSPECIALISED, step_arguments
-from .tl_common import entry_decay, round_bf16, token_side, write_entry
+from .tl_common import entry_decay, round_bf16, token_loads, token_side, write_entry
 
 NUM_WARPS = 4
 
@@ -90,6 +90,10 @@ def _step_kernel(
     j = NL - 1 - tl.arange(0, NL)  # window rows in reversed entry order (the decay product runs forward)
     r = tl.arange(0, NR)
     out_row = (row.to(tl.int64) * NH + head) * NV
+    tok = row.to(tl.int64)
+    # the token's loads first: none depends on the slot
+    kt, qt, vt, xg, b_t, a_log = token_loads(qx, kx, vx, a, b, A_log, dt_bias, tok, qk_row, v_row, head, k, v,
+                                             NH, NK, NV, SCALAR_GATE, KEY_GROUP)
     if IN_PLACE:
         slot = tl.load(idx + row).to(tl.int64)
         if slot <= 0:  # no sequence: a zero output row, nothing else
@@ -98,7 +102,6 @@ def _step_kernel(
     else:
         slot = row.to(tl.int64)
     prog = slot * NH + head
-    tok = row.to(tl.int64)
     kwin = prog * (NL * NK)
     vwin = prog * (NL * NV)
 
@@ -123,10 +126,12 @@ def _step_kernel(
         g_after = tl.load(gbuf + kwin + (j[:, None] + 1) * NK + k[None, :], mask=(j[:, None] + 1) < h, other=1.0)
     vals = tl.load(ubuf + vwin + j[:, None] * NV + v[None, :], mask=live[:, None], other=0.0)  # [L, V] bf16
     w_all = tl.load(w + prog * NL + j)
-    vt = tl.load(vx + tok * v_row + head * NV + v).to(tl.float32)
-    kn, qn, kq, g, en, beta, pcum_n, pc, f, _, _ = token_side(qx, kx, a, b, A_log, dt_bias, pcum, s_kr, tok, qk_row,
-                                                              head, prog, k, NH, NK, NORM_EPS, SCALE, SP_THRESHOLD,
-                                                              BETA_SMALL, QM, SCALAR_GATE, KEY_GROUP)
+    if SCALAR_GATE:  # the gate product p, one word
+        pcum_old = tl.load(pcum + prog)
+    else:
+        pcum_old = tl.load(pcum + prog * NK + k)
+    kn, qn, kq, g, en, beta, pcum_n, pc, f, _, _ = token_side(kt, qt, xg, b_t, a_log, pcum_old, s_kr, NORM_EPS, SCALE,
+                                                              SP_THRESHOLD, BETA_SMALL, QM, SCALAR_GATE)
 
     # the key side: the window's projections w_j (kbuf_j * D_j) . x [L] and the tokens' (U' x) [R]
     # for x = kn and qn, fp32 on the CUDA cores (naive.step_products)
