@@ -135,10 +135,11 @@ def views(pool, raw) -> tuple:
 
 
 def stepped_pool(heads: int = H, family: str = "random", seed: int = 21):
-    """A 6-slot CPU GDN pool whose slots 1..5 hold ``family``'s step checkpoints and windows, with
-    slot 2's even heads just flushed (``hcnt == L``, ``w = 0``, ``p = 1``) and slot 3's heads all at
-    ``L - 1``; and a call ``idx = [3, 0, 1, -1, 2, 5]`` (slot 4 left out) with its tokens (junk on the
-    rows of ids <= 0). Returns ``(pool, idx, mixed, a, b, A_log, dt_bias)``, CPU tensors."""
+    """A 6-slot CPU GDN pool whose slots 1..5 hold ``family``'s step checkpoints and windows (slot 0
+    NaN where it can be), with slot 2's even heads just flushed (``hcnt == L``, ``w = 0``,
+    ``p = 1``) and slot 3's heads all at ``L - 1``; and a call ``idx = [3, 0, 1, -1, 2, 5]`` (slot 4
+    left out) with its tokens (junk on the rows of ids <= 0). Returns ``(pool, idx, mixed, a, b,
+    A_log, dt_bias)``, CPU tensors."""
     x = gdn_inputs.make_step(family, 5, "cpu", seed, heads)
     pool = gdn.Pool(6, "cpu", heads=heads)
     for name in CKPT + WIN:
@@ -148,6 +149,9 @@ def stepped_pool(heads: int = H, family: str = "random", seed: int = 21):
     pool.w[2, ::2] = 0
     pool.p[2, ::2] = 1
     pool.hcnt[3] = L - 1
+    for name in CKPT + WIN:  # slot 0, which the rows of ids <= 0 name: NaN where it can hold one
+        if getattr(pool, name).is_floating_point():
+            getattr(pool, name)[0] = float("nan")
     idx = torch.tensor([3, 0, 1, -1, 2, 5], dtype=torch.int32)
     t = tokens(idx.numel(), "cpu", seed + 1, heads)
     return pool, idx, mixed_rows(t), t["a"], t["b"], x["A_log"], x["dt_bias"]
@@ -276,7 +280,7 @@ def full_window_kept(device, run, heads: int = H, seed: int = 31) -> dict:
     for name in CKPT + WIN:
         getattr(pool, name)[1:] = x[name].to(device)
     pool.hcnt.fill_(L)
-    pool.w[1:, :, L - 1] = 1
+    pool.w[:, :, L - 1] = 1  # slot 0 too: the padding row must neither count it nor write to it
     idx = torch.tensor([2, 0, 3, 1], dtype=torch.int32)
     t = tokens(4, "cpu", seed + 1, heads)
     before = snapshot(pool)

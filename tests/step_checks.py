@@ -133,10 +133,11 @@ def snapshot(pool: Pool) -> dict:
 
 
 def stepped_pool(device, family: str = "random", seed: int = 21):
-    """A 6-slot pool whose slots 1..5 hold ``family``'s checkpoints and windows, with slot 2's
-    even heads at ``hcnt == L`` (just flushed: w = 0, gbuf = 1, pcum = 0), slot 3's heads all at
-    ``L - 1``; and a call ``idx = [3, 0, 1, -1, 2, 5]`` (slot 4 left out) with its tokens (junk on
-    the rows of ids <= 0). Returns ``(pool, idx, mixed, a, b, A_log, dt_bias)``."""
+    """A 6-slot pool whose slots 1..5 hold ``family``'s checkpoints and windows (slot 0 NaN where
+    it can be), with slot 2's even heads at ``hcnt == L`` (just flushed: w = 0, gbuf = 1,
+    pcum = 0), slot 3's heads all at ``L - 1``; and a call ``idx = [3, 0, 1, -1, 2, 5]`` (slot 4
+    left out) with its tokens (junk on the rows of ids <= 0). Returns ``(pool, idx, mixed, a, b,
+    A_log, dt_bias)``."""
     x = step_inputs.make(family, 5, device, seed)
     pool = Pool(6, device)
     for name in CKPT + WIN:
@@ -147,6 +148,9 @@ def stepped_pool(device, family: str = "random", seed: int = 21):
     pool.gbuf[2, ::2] = 1
     pool.pcum[2, ::2] = 0
     pool.hcnt[3] = L - 1
+    for name in CKPT + WIN:  # slot 0, which the rows of ids <= 0 name: NaN where it can hold one
+        if getattr(pool, name).is_floating_point():
+            getattr(pool, name)[0] = float("nan")
     idx = torch.tensor([3, 0, 1, -1, 2, 5], dtype=torch.int32, device=device)
     tok = step_inputs.tokens(6, device, seed + 1)  # row i: the token of sequence idx[i]
     return pool, idx, mixed_rows(tok), tok["a"], tok["b"], x["A_log"], x["dt_bias"]
@@ -210,7 +214,7 @@ def full_window_kept(device, run, heads: int = H, seed: int = 31) -> dict:
     for name in CKPT + WIN:
         getattr(pool, name)[1:] = x[name][:, :heads]
     pool.hcnt.fill_(L)
-    pool.w[1:, :, L - 1] = 1
+    pool.w[:, :, L - 1] = 1  # slot 0 too: the padding row must neither count it nor write to it
     idx = torch.tensor([2, 0, 3, 1], dtype=torch.int32, device=device)
     tok = step_inputs.tokens(4, device, seed + 1)
     tok = {n: t[:, :heads].contiguous() for n, t in tok.items()}

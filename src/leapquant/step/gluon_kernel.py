@@ -28,8 +28,8 @@ few shuffles and few shared-memory rounds, and the codes products on the integer
   nothing but its zero output row. The weights also come an entry a thread (``ENTRIES``) for
   the entry's writes: held 16 a thread, a scalar gate's decayed weights cost ~100 instructions.
   Together (offline: 1,320 SASS a warp instead of 1,456 in GDN's request layout, 1,504 instead
-  of 1,536 in KDA's packed one) -14 to -17% on GDN's step at B <= 128 and -7% at B=512, -12%
-  to -3% on KDA's (H100, 2026-12-07, docs/benchmarks.md).
+  of 1,536 in KDA's packed one): GDN's step -14% at B=16, -17% at 32 and 64, -12% at 128, -7%
+  at 512; KDA's -4% to -13% at B <= 256, -2.7% at 512 (H100, 2026-12-07, docs/benchmarks.md).
 
 Measured on the H200 (2026-12-03, A/B runs in one process; docs/benchmarks.md): the integer tensor
 cores took 3% off at B >= 256 (21% fewer SASS instructions, 22% fewer executed: most became idle
@@ -227,8 +227,9 @@ def _step_kernel(
     s_vr = gl.load(s_v + slot * SV_SLOT + head * SV_HEAD + n)
     s_kr = gl.load(s_k + slot * SK_SLOT + head * SK_HEAD + n)
     w_all = gl.load(w + prog * NL + jw)
-    # the weights again, an entry a thread, for the entry's writes (every thread holding all 16,
-    # as w_all's layout does, cost ~100 instructions a thread on a scalar gate's decayed weights)
+    # the weights again, an entry a thread, for the entry's writes where they use them (GDN's
+    # decayed weights, the functional form's w_new): every thread holding all 16, as w_all's
+    # layout does, cost ~100 instructions a thread on a scalar gate's decayed weights
     je = gl.arange(0, NL, layout=ENTRIES)
     w_entries = gl.load(w + prog * NL + je)
     rt = gl.arange(0, NR, layout=gl.SliceLayout(1, TOK))

@@ -1,8 +1,8 @@
 """Triton device helpers both decode-step kernels call (the portable kernel, and the Gluon kernel,
 which calls ``@triton.jit`` functions on tensors of its own layouts): neutral ground, so that
-neither kernel module imports the other's private helpers. ``token_side``, ``entry_decay`` and
-``write_entry`` are phases of a program (named as in ``naive.py`` where it has them); the rest are
-element-wise. Every helper works on whatever layout its tensors carry.
+neither kernel module imports the other's private helpers. ``token_loads`` (a program's
+slot-independent loads, issued first), ``token_side``, ``entry_decay`` and ``write_entry`` are
+phases of a program (named as in ``naive.py`` where it has them); the rest are element-wise. Every helper works on whatever layout its tensors carry.
 
 Rounding: fp32 -> bf16 by round-to-nearest-even on the bits (``round_bf16``), because Triton's CPU
 interpreter truncates in ``.to(tl.bfloat16)``; the compiled kernels run the same code, so the
@@ -110,12 +110,13 @@ def token_loads(qx, kx, vx, a, b, A_log, dt_bias, tok, qk_row, v_row, head, k, v
 def token_side(kt, qt, xg, b_t, a_log, pcum_old, s_k, NORM_EPS: tl.constexpr, SCALE: tl.constexpr,
                SP_THRESHOLD: tl.constexpr, BETA_SMALL: tl.constexpr, QM: tl.constexpr, SCALAR_GATE: tl.constexpr):
     """This token's phase (``naive.normalize_qk``, ``naive.gate``) for one program, from
-    ``token_loads``' values (``kt``, ``qt``, ``xg``, ``b_t``, ``a_log``), the program's ``pcum``
-    (fp32 [K], in ``kt``'s layout) and ``s_k``, the checkpoint's key scales. Returns ``(kn, qn, kn . qn, g, en, beta, pcum_new, pc, f,
-    max|f kn|, max|f qn|)``: [K] fp32 vectors in ``k``'s layout (``g`` the log-space gate, ``en =
-    exp(g)``, ``pc = exp(pcum_new)``, ``f = s_k pc / QM``) and scalars (``kn . qn``, ``beta``
-    bf16-exact as fp32, and the two maxima, each within a few ulps: one reduction serves the
-    norms, ``kn . qn`` and the maxima, which the Gluon kernel's digits scale by).
+    ``token_loads``' values (``kt``, ``qt``, ``xg``, ``b_t``, ``a_log``), the program's ``pcum_old``
+    (fp32 [K], in ``kt``'s layout) and ``s_k``, the checkpoint's key scales. Returns ``(kn, qn,
+    kn . qn, g, en, beta, pcum_new, pc, f, max|f kn|, max|f qn|)``: [K] fp32 vectors in ``kt``'s
+    layout (``g`` the log-space gate, ``en = exp(g)``, ``pc = exp(pcum_new)``, ``f = s_k pc /
+    QM``) and scalars (``kn . qn``, ``beta`` bf16-exact as fp32, and the two maxima, each within a
+    few ulps: one reduction serves the norms, ``kn . qn`` and the maxima, which the Gluon kernel's
+    digits scale by).
 
     ``SCALAR_GATE`` (GDN): ``xg`` a scalar and ``pcum_old`` the gate product ``p`` (a scalar);
     ``g``, ``en`` (= at) and ``pcum_new`` (= p at) are scalars, ``pc`` the [K] vector of ``p at``."""
