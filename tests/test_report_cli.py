@@ -36,3 +36,10 @@ def test_time_step_refuses_a_fill_count_outside_the_window(fill):
     # fill counts 0 .. L - 1 only (a negative one would append before the program's window)
     with pytest.raises(ValueError, match="fill count"):
         bench.time_step(1, "cpu", fill=fill)
+
+
+@pytest.mark.parametrize("pads", [-1, 4])
+def test_time_step_refuses_a_pad_count_outside_the_batch(pads):
+    # pad rows 0 .. B - 1 only: at least one row steps a sequence
+    with pytest.raises(ValueError, match="pad rows"):
+        bench.time_step(4, "cpu", pads=pads)

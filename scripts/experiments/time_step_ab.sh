@@ -4,9 +4,9 @@
 # STEP_CMP_B, default 64: the functional form and pool calls at every fill count), then the bench's
 # time_step (pool form, L2-cold) at B = STEP_B (default 16,64,256,512) and fill counts STEP_FILLS
 # (default 1 and 15: the request's harness and a full window), every version in its own process,
-# interleaved twice. Logs under $OUT; a table last (each candidate's mean of the two runs against
-# main's).
-#   [STEP_B=16,512] [STEP_FILLS=1,8,15] bash scripts/experiments/time_step_ab.sh NAME [NAME ...]
+# interleaved twice; STEP_PADS: that share of each call's rows are CUDA-graph pad rows (id -1;
+# default 0). Logs under $OUT; a table last (each candidate's mean of the two runs against main's).
+#   [STEP_B=16,512] [STEP_FILLS=1,8,15] [STEP_PADS=0.25] bash scripts/experiments/time_step_ab.sh NAME [NAME ...]
 set -u
 case "${1:-}" in ""|-h|--help) sed -n "2,9p" "$0" | sed "s/^# \{0,1\}//"; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
@@ -23,14 +23,15 @@ done
 : > "$OUT/step_ab.log"
 for rep in 1 2; do
   for v in main "$@"; do
-    PYTHONPATH=ab/$v timeout 150 python3 - "$v" "$rep" "${STEP_B:-16,64,256,512}" "${STEP_FILLS:-1,15}" \
+    PYTHONPATH=ab/$v timeout 150 python3 - "$v" "$rep" "${STEP_B:-16,64,256,512}" "${STEP_FILLS:-1,15}" "${STEP_PADS:-0}" \
       >> "$OUT/step_ab.log" 2>> "$OUT/step_ab_err.log" <<'EOF'
 import sys
 from leapquant import bench
-v, rep, sizes, fills = sys.argv[1:]
+v, rep, sizes, fills, pad_share = sys.argv[1:]
 for fill in map(int, fills.split(",")):
     for B in map(int, sizes.split(",")):
-        print(v, rep, fill, B, f"{bench.time_step(B, 'cuda', fill=fill)['median_ms']:.4f}", flush=True)
+        pads = {"pads": int(B * float(pad_share))} if float(pad_share) else {}
+        print(v, rep, fill, B, f"{bench.time_step(B, 'cuda', fill=fill, **pads)['median_ms']:.4f}", flush=True)
 EOF
   done
 done

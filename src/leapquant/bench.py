@@ -143,15 +143,18 @@ def step_accuracy(B: int, device) -> dict:
     return res
 
 
-def time_step(B: int, device, before=None, fill: int = STEP_FILL, layout: str = "packed") -> dict:
-    """Median kernel time (ms) of ``step_inplace`` over B sequences x H heads, every sequence
-    decoding at fill count ``fill`` (0 .. L - 1 live window entries before the token; default 1,
-    as the request's benchmark), L2-cold over ``SETS`` slot sets. ``before(i)``, if given, runs
-    before call i (other kernels between the steps: what an engine runs there;
-    scripts/experiments/time_code_warm.py), on a pool of ``layout``. Raises ValueError for a fill
-    count outside 0 .. L - 1."""
+def time_step(B: int, device, before=None, fill: int = STEP_FILL, layout: str = "packed", pads: int = 0) -> dict:
+    """Median kernel time (ms) of ``step_inplace`` over B rows x H heads, every sequence decoding
+    at fill count ``fill`` (0 .. L - 1 live window entries before the token; default 1, as the
+    request's benchmark), L2-cold over ``SETS`` slot sets; the last ``pads`` rows of each call
+    are a CUDA graph's pad rows (id -1). ``before(i)``, if given, runs before call i (other
+    kernels between the steps: what an engine runs there; scripts/experiments/time_code_warm.py),
+    on a pool of ``layout``. Raises ValueError for a fill count outside 0 .. L - 1 or a pad count
+    outside 0 .. B - 1."""
     if not 0 <= fill < L:
         raise ValueError(f"fill count {fill} outside 0 .. {L - 1}")
+    if not 0 <= pads < B:
+        raise ValueError(f"pad rows {pads} outside 0 .. {B - 1}")
     pool = Pool(SETS * B + 1, device, layout=layout)
     sets = [torch.arange(1 + s * B, 1 + (s + 1) * B, dtype=torch.int32, device=device) for s in range(SETS)]
     for s, slots in enumerate(sets):
@@ -159,6 +162,7 @@ def time_step(B: int, device, before=None, fill: int = STEP_FILL, layout: str = 
         sl = slots.long()
         for view, name in zip(pool.checkpoint + pool.window, step_inputs.STEP_ARGS):
             view[sl] = x[name]
+        slots[B - pads:] = -1
     params = step_inputs.model_params(device)
     gen = torch.Generator(device=device).manual_seed(B)
     mixed = torch.randn(B, MIXED_WIDTH, generator=gen, device=device).bfloat16()
