@@ -9,7 +9,7 @@ from leapquant import gdn
 from leapquant.eval import flush_inputs, gdn_criterion, gdn_inputs, step_inputs
 from leapquant.family import GDN
 from leapquant.geometry import ERROR_KINDS, H, K, L, V
-from step_checks import same_bits
+from step_checks import poison_slot_zero, same_bits
 
 CKPT = gdn_inputs.CHECKPOINT_ARGS  # codes, s_k, s_v, u, q
 WIN = gdn_inputs.WINDOW_ARGS  # kbuf, ubuf, w, p
@@ -149,9 +149,7 @@ def stepped_pool(heads: int = H, family: str = "random", seed: int = 21):
     pool.w[2, ::2] = 0
     pool.p[2, ::2] = 1
     pool.hcnt[3] = L - 1
-    for name in CKPT + WIN:  # slot 0, which the rows of ids <= 0 name: NaN where it can hold one
-        if getattr(pool, name).is_floating_point():
-            getattr(pool, name)[0] = float("nan")
+    poison_slot_zero(pool, CKPT + WIN)
     idx = torch.tensor([3, 0, 1, -1, 2, 5], dtype=torch.int32)
     t = tokens(idx.numel(), "cpu", seed + 1, heads)
     return pool, idx, mixed_rows(t), t["a"], t["b"], x["A_log"], x["dt_bias"]

@@ -132,6 +132,14 @@ def snapshot(pool: Pool) -> dict:
     return {n: getattr(pool, n).clone() for n in POOL_TENSORS}
 
 
+def poison_slot_zero(pool, names) -> None:
+    """NaN in slot 0 of each named pool tensor that can hold one: the slot whose region a row of
+    ids <= 0 names (the Gluon step reads it there and must write nothing from it)."""
+    for name in names:
+        if getattr(pool, name).is_floating_point():
+            getattr(pool, name)[0] = float("nan")
+
+
 def stepped_pool(device, family: str = "random", seed: int = 21):
     """A 6-slot pool whose slots 1..5 hold ``family``'s checkpoints and windows (slot 0 NaN where
     it can be), with slot 2's even heads at ``hcnt == L`` (just flushed: w = 0, gbuf = 1,
@@ -148,9 +156,7 @@ def stepped_pool(device, family: str = "random", seed: int = 21):
     pool.gbuf[2, ::2] = 1
     pool.pcum[2, ::2] = 0
     pool.hcnt[3] = L - 1
-    for name in CKPT + WIN:  # slot 0, which the rows of ids <= 0 name: NaN where it can hold one
-        if getattr(pool, name).is_floating_point():
-            getattr(pool, name)[0] = float("nan")
+    poison_slot_zero(pool, CKPT + WIN)
     idx = torch.tensor([3, 0, 1, -1, 2, 5], dtype=torch.int32, device=device)
     tok = step_inputs.tokens(6, device, seed + 1)  # row i: the token of sequence idx[i]
     return pool, idx, mixed_rows(tok), tok["a"], tok["b"], x["A_log"], x["dt_bias"]

@@ -59,7 +59,7 @@ from ..geometry import STEP_DIGIT_BITS, STEP_DIGITS, STEP_EXPONENT_RANGE
 from ..fp32_bits import clamped_exponent, pow2
 from ..gluon_compat import async_load, thread_barrier
 from ..launch import GLUON_VERIFIED_TRITON, STEP_UNSPECIALISED, step_arguments
-from .tl_common import entry_decay, round_bf16, token_loads, token_side, write_entry
+from .tl_common import entry_decay, load_pcum, round_bf16, token_loads, token_side, write_entry
 
 VERIFIED_TRITON = GLUON_VERIFIED_TRITON
 NUM_WARPS = 4
@@ -236,10 +236,7 @@ def _step_kernel(
     nt = gl.arange(0, NK, layout=gl.SliceLayout(0, TOK))
     uu = gl.load(u + slot * U_SLOT + head * U_HEAD + rt[:, None] * U_ROW + nt[None, :])
     qq = gl.load(q + slot * Q_SLOT + head * Q_HEAD + rt[:, None] * Q_ROW + nt[None, :])
-    if SCALAR_GATE:  # the gate product p, one word
-        pcum_old = gl.load(pcum + prog)
-    else:
-        pcum_old = gl.load(pcum + prog * NK + n)
+    pcum_old = load_pcum(pcum, prog, n, NK, SCALAR_GATE)
     full = False
     if GUARD_FULL:  # hcnt == L with entry L - 1 still weighted: full, never flushed
         full = (h >= NL) & (gl.load(w + prog * NL + NL - 1) != 0.0)

@@ -2,7 +2,8 @@
 which calls ``@triton.jit`` functions on tensors of its own layouts): neutral ground, so that
 neither kernel module imports the other's private helpers. ``token_loads`` (a program's
 slot-independent loads, issued first), ``token_side``, ``entry_decay`` and ``write_entry`` are
-phases of a program (named as in ``naive.py`` where it has them); the rest are element-wise. Every helper works on whatever layout its tensors carry.
+phases of a program (named as in ``naive.py`` where it has them); the rest are element-wise.
+Every helper works on whatever layout its tensors carry.
 
 Rounding: fp32 -> bf16 by round-to-nearest-even on the bits (``round_bf16``), because Triton's CPU
 interpreter truncates in ``.to(tl.bfloat16)``; the compiled kernels run the same code, so the
@@ -104,6 +105,16 @@ def token_loads(qx, kx, vx, a, b, A_log, dt_bias, tok, qk_row, v_row, head, k, v
         xg = tl.load(a + (tok * NH + head) * NK + k).to(tl.float32) + tl.load(dt_bias + head * NK + k)
     b_t = tl.load(b + tok * NH + head).to(tl.float32)
     return kt, qt, vt, xg, b_t, tl.load(A_log + head)
+
+
+@triton.jit
+def load_pcum(pcum, prog, k, NK: tl.constexpr, SCALAR_GATE: tl.constexpr):
+    """Program ``prog``'s gate state before the token, fp32: its ``pcum`` [K] at the offsets ``k``,
+    or (``SCALAR_GATE``, GDN) its gate product ``p``, one word."""
+    if SCALAR_GATE:
+        return tl.load(pcum + prog)
+    else:
+        return tl.load(pcum + prog * NK + k)
 
 
 @triton.jit

@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from ..launch import STEP_UNSPECIALISED, step_arguments
-from .tl_common import entry_decay, round_bf16, token_loads, token_side, write_entry
+from .tl_common import entry_decay, load_pcum, round_bf16, token_loads, token_side, write_entry
 
 NUM_WARPS = 4
 
@@ -126,10 +126,7 @@ def _step_kernel(
         g_after = tl.load(gbuf + kwin + (j[:, None] + 1) * NK + k[None, :], mask=(j[:, None] + 1) < h, other=1.0)
     vals = tl.load(ubuf + vwin + j[:, None] * NV + v[None, :], mask=live[:, None], other=0.0)  # [L, V] bf16
     w_all = tl.load(w + prog * NL + j)
-    if SCALAR_GATE:  # the gate product p, one word
-        pcum_old = tl.load(pcum + prog)
-    else:
-        pcum_old = tl.load(pcum + prog * NK + k)
+    pcum_old = load_pcum(pcum, prog, k, NK, SCALAR_GATE)
     kn, qn, kq, g, en, beta, pcum_n, pc, f, _, _ = token_side(kt, qt, xg, b_t, a_log, pcum_old, s_kr, NORM_EPS, SCALE,
                                                               SP_THRESHOLD, BETA_SMALL, QM, SCALAR_GATE)
 
