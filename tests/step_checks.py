@@ -133,8 +133,8 @@ def snapshot(pool: Pool) -> dict:
 
 
 def poison_slot_zero(pool, names) -> None:
-    """NaN in slot 0 of each named pool tensor that can hold one: the slot whose region a row of
-    ids <= 0 names (the Gluon step reads it there and must write nothing from it)."""
+    """NaN in slot 0 of each named pool tensor that can hold one: the slot a row of ids <= 0
+    names, which a step must neither read into any output nor write."""
     for name in names:
         if getattr(pool, name).is_floating_point():
             getattr(pool, name)[0] = float("nan")

@@ -20,16 +20,17 @@ few shuffles and few shared-memory rounds, and the codes products on the integer
   are copied into shared memory (cp.async, 16 bytes a thread) while the token's phase runs, so
   no registers wait on them; at 72 registers a thread, 7 CTAs share an SM. Rows at or past h are
   not read (2026-12-04: -12% at B=16, -5% at B=256, -1.4% at B=512 at fill count 1);
-- the order of a program's memory round trips: the token's loads (``token_loads``, none depends
-  on the slot) first, then the slot id; every load of the slot and the codes' copy; a barrier;
-  only then the window's copies, which wait for h. Without the barrier ptxas put those copies
-  first and every other load a round trip later; a branch on the slot id made it sink the
-  token's loads past it, so a row with no sequence reads slot 0's region (L2 hits) and writes
-  nothing but its zero output row. The weights also come an entry a thread (``ENTRIES``) for
-  the entry's writes: held 16 a thread, a scalar gate's decayed weights cost ~100 instructions.
+- the order of a program's memory round trips: the slot id first (pool form; a row with no
+  sequence, id <= 0, writes its zero output row and returns), then the token's loads
+  (``token_loads``) beside every load of the slot and the codes' copy; a barrier; only then the
+  window's copies, which wait for h. Without the barrier ptxas put those copies first and every
+  other load a round trip later. The weights also come an entry a thread (``ENTRIES``) for the
+  entry's writes: held 16 a thread, a scalar gate's decayed weights cost ~100 instructions.
   Together (offline: 1,320 SASS a warp instead of 1,456 in GDN's request layout, 1,504 instead
   of 1,536 in KDA's packed one): GDN's step -14% at B=16, -17% at 32 and 64, -12% at 128, -7%
   at 512; KDA's -4% to -13% at B <= 256, -2.7% at 512 (H100, 2026-12-07, docs/benchmarks.md).
+  The slot id ahead of the token's loads (1,328 / 1,512 SASS) took KDA's pool step another 3-6%
+  off at every B, and a quarter of pad rows 14-24% (H100, 2026-12-07).
 
 Measured on the H200 (2026-12-03, A/B runs in one process; docs/benchmarks.md): the integer tensor
 cores took 3% off at B >= 256 (21% fewer SASS instructions, 22% fewer executed: most became idle
@@ -192,19 +193,19 @@ def _step_kernel(
     n = gl.arange(0, NK, layout=COL)
     out_row = (row.to(gl.int64) * NH + head) * NV
     tok = row.to(gl.int64)
-    # the token's loads first: none depends on the slot, so they land under the slot id's load
+    # the token's loads (none depends on the slot). ptxas issues them after the slot id's load and
+    # its branch, which is the order wanted: the slot id heads the longest chain of round trips
+    # (id, fill count, window rows). Kept above the branch (a barrier), they cost 3-6% (H100,
+    # 2026-12-07, docs/experiments.md)
     kt, qt, vt, xg, b_t, a_log = token_loads(qx, kx, vx, a, b, A_log, dt_bias, tok, qk_row, v_row, head, n, n,
                                              NH, NK, NV, SCALAR_GATE, KEY_GROUP)
-    # no branch on the slot id: ptxas would sink the token's loads past it. A row of idx with no
-    # sequence (<= 0) reads slot 0's region (one region for every such row: L2 hits) with no
-    # window rows, writes a zero output row and nothing else
     if IN_PLACE:
-        sid = gl.load(idx + row)
-        slot = gl.maximum(sid, 0).to(gl.int64)
+        slot = gl.load(idx + row).to(gl.int64)
+        if slot <= 0:  # no sequence (a CUDA graph's pad row): a zero output row, nothing else
+            gl.store(o + out_row + n, gl.zeros([NV], gl.bfloat16, COL))
+            return
     else:
-        sid = row + 1  # every row a sequence
         slot = row.to(gl.int64)
-    valid = sid > 0
     prog = slot * NH + head
     kwin = prog * (NL * NK)
     vwin = prog * (NL * NV)
@@ -223,7 +224,7 @@ def _step_kernel(
     vb = gl.arange(0, NV, layout=gl.SliceLayout(1, COPY_BYTES))[:, None]
     kb = gl.arange(0, NK, layout=gl.SliceLayout(0, COPY_BYTES))[None, :]
     async_load(codes_s, codes + slot * C_SLOT + head * C_HEAD + vb * NK + kb)
-    h = gl.where(valid, gl.load(fill + prog), 0)
+    h = gl.load(fill + prog)
     s_vr = gl.load(s_v + slot * SV_SLOT + head * SV_HEAD + n)
     s_kr = gl.load(s_k + slot * SK_SLOT + head * SK_HEAD + n)
     w_all = gl.load(w + prog * NL + jw)
@@ -292,14 +293,13 @@ def _step_kernel(
     Skn = ck * s_vr + gl.sum(vl * pk[:, None], axis=0) + gl.convert_layout(gl.sum(qf * tk[:, None], axis=0), COL)
     Sqn = cq * s_vr + gl.sum(vl * pq[:, None], axis=0) + gl.convert_layout(gl.sum(qf * tq[:, None], axis=0), COL)
     u_new = beta * (vt - Skn)
-    gl.store(o + out_row + n, round_bf16(gl.where(valid, Sqn + kq * u_new, 0.0)))
+    gl.store(o + out_row + n, round_bf16(Sqn + kq * u_new))
 
     # the appended entry (pool form) or the fresh outputs
     if IN_PLACE:
         thread_barrier()  # every thread has read the window, pcum and the fill count
-    if valid:
-        write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, n, je,
-                    kn, u_new, en, pcum_n, w_entries, full, errors, IN_PLACE, NK, NV, NL, SCALAR_GATE)
+    write_entry(kbuf, ubuf, gbuf, w, pcum, fill, k_row, u_row, g_row, w_new, pcum_new, prog, out_row, h, n, je,
+                kn, u_new, en, pcum_n, w_entries, full, errors, IN_PLACE, NK, NV, NL, SCALAR_GATE)
 
 
 def launch_step(ckpt, window, fill, token, A_log, dt_bias, o, new=None, idx=None, errors=None, guard_full=False,
