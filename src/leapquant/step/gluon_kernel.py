@@ -200,7 +200,6 @@ def _step_kernel(
     kt, qt, vt, xg, b_t, a_log = token_loads(qx, kx, vx, a, b, A_log, dt_bias, tok, qk_row, v_row, head, n, n,
                                              NH, NK, NV, SCALAR_GATE, KEY_GROUP)
     if IN_PLACE:
-        thread_barrier()  # the token's loads stay above the branch
         slot = gl.load(idx + row).to(gl.int64)
         if slot <= 0:  # no sequence (a CUDA graph's pad row): a zero output row, nothing else
             gl.store(o + out_row + n, gl.zeros([NV], gl.bfloat16, COL))
