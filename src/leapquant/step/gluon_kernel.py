@@ -195,7 +195,7 @@ def _step_kernel(
     tok = row.to(gl.int64)
     # the token's loads (none depends on the slot). ptxas issues them after the slot id's load and
     # its branch, which is the order wanted: the slot id heads the longest chain of round trips
-    # (id, fill count, window rows). Kept above the branch (a barrier), they cost 3-6% (H100,
+    # (id, fill count, window rows). Kept above the branch (a barrier, 0c33893), they cost 2-5% (H100,
     # 2026-12-07, docs/experiments.md)
     kt, qt, vt, xg, b_t, a_log = token_loads(qx, kx, vx, a, b, A_log, dt_bias, tok, qk_row, v_row, head, n, n,
                                              NH, NK, NV, SCALAR_GATE, KEY_GROUP)
