@@ -103,7 +103,7 @@ def test_gluon_step_compiles_for_sm90a_within_its_register_cap(in_place, layout,
 # GDN's builds (the scalar gate, key groups: the same kernels' other compile-time switches), their
 # spilled bytes as the compilers gave them when checked: (flush, step pool packed, step pool
 # request, step functional) a release; the releases CI runs every build under (3.6.0, the newest)
-GDN_SPILLS = {"3.6.0": (0, 0, 0, 0), "3.9.0": (0, 96, 80, 96)}
+GDN_SPILLS = {"3.6.0": (0, 0, 0, 0), "3.9.0": (0, 88, 88, 96)}
 GDN_STEP_BUILDS = [(True, "packed"), (True, "request"), (False, "packed")]
 
 
