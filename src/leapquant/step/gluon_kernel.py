@@ -20,7 +20,8 @@ few shuffles and few shared-memory rounds, and the codes products on the integer
   are copied into shared memory (cp.async, 16 bytes a thread) while the token's phase runs, so
   no registers wait on them; at 72 registers a thread, 7 CTAs share an SM. Rows at or past h are
   not read (2026-12-04: -12% at B=16, -5% at B=256, -1.4% at B=512 at fill count 1);
-- the order of a program's memory round trips: the slot id first (pool form; a row with no
+- the order of a program's memory round trips, as ptxas issues them (``token_loads`` is called
+  above the slot id's load in the source): the slot id first (pool form; a row with no
   sequence, id <= 0, writes its zero output row and returns), then the token's loads
   (``token_loads``) beside every load of the slot and the codes' copy; a barrier; only then the
   window's copies, which wait for h. Without the barrier ptxas put those copies first and every
@@ -30,7 +31,7 @@ few shuffles and few shared-memory rounds, and the codes products on the integer
   of 1,536 in KDA's packed one): GDN's step -14% at B=16, -17% at 32 and 64, -12% at 128, -7%
   at 512; KDA's -4% to -13% at B <= 256, -2.7% at 512 (H100, 2026-12-07, docs/benchmarks.md).
   The slot id ahead of the token's loads (1,328 / 1,512 SASS) took KDA's pool step another 3-6%
-  off at every B, and a quarter of pad rows 14-24% (H100, 2026-12-07).
+  off at every B, and a quarter of pad rows 14-25% (H100, 2026-12-07).
 
 Measured on the H200 (2026-12-03, A/B runs in one process; docs/benchmarks.md): the integer tensor
 cores took 3% off at B >= 256 (21% fewer SASS instructions, 22% fewer executed: most became idle
@@ -195,8 +196,8 @@ def _step_kernel(
     tok = row.to(gl.int64)
     # the token's loads (none depends on the slot). ptxas issues them after the slot id's load and
     # its branch, which is the order wanted: the slot id heads the longest chain of round trips
-    # (id, fill count, window rows). Kept above the branch (a barrier, 0c33893), they cost 2-5% (H100,
-    # 2026-12-07, docs/experiments.md)
+    # (id, fill count, window rows). Kept above the branch (a barrier, 0c33893), they cost 2-5%
+    # with no pad rows (H100, 2026-12-07, docs/experiments.md)
     kt, qt, vt, xg, b_t, a_log = token_loads(qx, kx, vx, a, b, A_log, dt_bias, tok, qk_row, v_row, head, n, n,
                                              NH, NK, NV, SCALAR_GATE, KEY_GROUP)
     if IN_PLACE:

@@ -1,7 +1,7 @@
 """Triton device helpers both decode-step kernels call (the portable kernel, and the Gluon kernel,
 which calls ``@triton.jit`` functions on tensors of its own layouts): neutral ground, so that
 neither kernel module imports the other's private helpers. ``token_loads`` (a program's
-slot-independent loads, issued first), ``token_side``, ``entry_decay`` and ``write_entry`` are
+slot-independent loads), ``token_side``, ``entry_decay`` and ``write_entry`` are
 phases of a program (named as in ``naive.py`` where it has them); the rest are element-wise.
 Every helper works on whatever layout its tensors carry.
 
@@ -95,7 +95,7 @@ def token_loads(qx, kx, vx, a, b, A_log, dt_bias, tok, qk_row, v_row, head, k, v
     ``k``, ``vt`` (row stride ``v_row``) at the [V] offsets ``v``, the gate's argument ``xg = a +
     dt_bias`` (bf16 ``a`` ``[N, H, K]`` and fp32 ``dt_bias`` ``[H, K]`` at ``k``; ``SCALAR_GATE``: ``a``
     ``[N, H]``, ``dt_bias`` ``[H]``, a scalar), ``b`` (bf16 ``[N, H]``) and ``A_log`` (fp32 ``[H]``).
-    None of them depends on the slot, so a program issues them before its slot id arrives."""
+    None of them depends on the slot: the compiler may issue them before or after the slot id."""
     kt = tl.load(kx + tok * qk_row + (head // KEY_GROUP) * NK + k).to(tl.float32)
     qt = tl.load(qx + tok * qk_row + (head // KEY_GROUP) * NK + k).to(tl.float32)
     vt = tl.load(vx + tok * v_row + head * NV + v).to(tl.float32)

@@ -14,7 +14,7 @@ cores (the codes are exact in fp32, both products share one conversion): fp32 ac
 128 terms keeps the error ~1e-6 of the criterion's magnitude ``M``, against the request's 1e-5 M.
 
 Phases of a program (the names of ``naive.py`` where it has them):
-1. ``token_loads`` (issued before the slot id's load: none depends on it) and ``token_side``:
+1. ``token_loads`` (none depends on the slot) and ``token_side``:
    this token's normalised ``kn``, ``qn``, its gate ``g``, ``en``, ``pcum_new``, ``beta``.
 2. ``entry_decay`` [L, K] (a reverse cumulative product over the window's gates) and the key side:
    the window's projections ``w_j (kbuf_j * D_j) . x`` [L] and the tokens' ``(U' x)`` [R].
@@ -91,7 +91,7 @@ def _step_kernel(
     r = tl.arange(0, NR)
     out_row = (row.to(tl.int64) * NH + head) * NV
     tok = row.to(tl.int64)
-    # the token's loads first: none depends on the slot
+    # the token's loads: none depends on the slot
     kt, qt, vt, xg, b_t, a_log = token_loads(qx, kx, vx, a, b, A_log, dt_bias, tok, qk_row, v_row, head, k, v,
                                              NH, NK, NV, SCALAR_GATE, KEY_GROUP)
     if IN_PLACE:
