@@ -61,10 +61,10 @@ class Overlap:
             once slow the steps beside them more than they gain; measured, ``SPREAD_BELOW``).
 
         group: consecutive calls whose flushes run as one launch (1: each call its own; None, the
-            default: ``flush_group`` of the calls' size, at most half the stack's layers). Grouped calls are those on the layers of
-            one ``Pool.layers`` stack, in order, with the same ``idx`` and ``q0`` tensors (pools
-            made apart never group); a group is forked when it is full or the next call cannot
-            join it. One launch pays the flush's fixed cost (the first fetch of its code, the flag
+            default: ``flush_group`` of the calls' size, at most half the stack's layers). Grouped
+            calls are those on the layers of one ``Pool.layers`` stack, in order, with the same
+            ``idx`` and ``q0`` tensors (pools made apart never group); a group is forked when it
+            is full or the next call cannot join it. One launch pays the flush's fixed cost (the first fetch of its code, the flag
             scan) once for the group instead of once a layer.
 
     One ``Pool`` per layer, as engines allocate state: a call waits for its pool's flush forked
