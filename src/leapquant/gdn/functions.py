@@ -67,12 +67,13 @@ def step(codes, s_k, s_v, u, q, kbuf, ubuf, w, p, h, qx, kx, vx, a, b, A_log, dt
     return interface.step_family(GDN, fields, A_log, dt_bias)
 
 
-def _per_head(t):
+def _per_head(t: torch.Tensor) -> torch.Tensor:
     # a [N, H, 1] gate pre-activation or an [H, 1] dt_bias (the request harness's shapes) as a view
     return t.squeeze(-1) if isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[-1] == 1 else t
 
 
-def step_inplace(pool: Pool, idx, mixed, a, b, A_log, dt_bias, o) -> None:
+def step_inplace(pool: Pool, idx: torch.Tensor, mixed: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                 A_log: torch.Tensor, dt_bias: torch.Tensor, o: torch.Tensor) -> None:
     """``leapquant.kda.step_inplace`` on a GDN pool: each program appends ``kbuf``/``ubuf`` entry
     ``h``, its live weights decay by at (``w[h] = 1``), ``p *= at`` and ``hcnt = h + 1``.
 
@@ -84,7 +85,9 @@ def step_inplace(pool: Pool, idx, mixed, a, b, A_log, dt_bias, o) -> None:
     interface.step_inplace(pool, idx, mixed, _per_head(a), b, A_log, _per_head(dt_bias), o)
 
 
-def decode_inplace(pool: Pool, idx, mixed, a, b, A_log, dt_bias, o, q0, overlap=None) -> None:
+def decode_inplace(pool: Pool, idx: torch.Tensor, mixed: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                   A_log: torch.Tensor, dt_bias: torch.Tensor, o: torch.Tensor, q0: torch.Tensor,
+                   overlap: layer.Overlap | None = None) -> None:
     """``leapquant.kda.decode_inplace`` on a GDN pool (arguments as ``step_inplace`` here):
     the step now, the flush of the windows it fills on the ``overlap`` scope's side stream or
     after it. Source: NVlabs/kda requests conless-leapquant-gdn-step and -flush."""
