@@ -1,5 +1,6 @@
-"""README's engine loop runs as written (on the GPU where there is one, else on the CPU) and leaves
-the pools as its comments say: 20 tokens, every window filled and flushed once, 4 entries since."""
+"""README's engine loop and its GDN block run as written (on the GPU where there is one, else on
+the CPU) and leave the pools as their comments say: 20 tokens, every window filled and flushed
+once, 4 entries since."""
 
 import pathlib
 
@@ -10,12 +11,20 @@ from leapquant.family import GDN
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_engine_loop_snippet_runs_as_written():
+def run_snippets(*headings: str) -> dict:
+    """The first ```python block under each README heading, run in order in one scope (as a reader
+    pastes them); returns the scope."""
     text = README.read_text()
-    start = text.index("```python", text.index("## The engine's loop")) + len("```python\n")
-    code = text[start : text.index("```", start)]
     scope: dict = {}
-    exec(compile(code, "README.md (the engine's loop)", "exec"), scope)
+    for heading in headings:
+        start = text.index("```python", text.index(heading)) + len("```python\n")
+        code = text[start : text.index("```", start)]
+        exec(compile(code, f"README.md ({heading.lstrip('# ')})", "exec"), scope)
+    return scope
+
+
+def test_engine_loop_snippet_runs_as_written():
+    scope = run_snippets("## The engine's loop")
     pools, idx, o = scope["pools"], scope["idx"], scope["o"]
     scope["overlap"].close()  # a deferred flush, if any
     slots = idx.long()
@@ -27,16 +36,8 @@ def test_engine_loop_snippet_runs_as_written():
 
 
 def test_gdn_snippet_runs_after_the_engine_loop():
-    # README's GDN block continues the KDA loop's names (dev, N, H, idx, q0, o): both blocks run in
-    # one scope, as a reader pastes them
-    text = README.read_text()
-    blocks = []
-    for heading in ("## The engine's loop", "## Gated DeltaNet (Qwen3.5)"):
-        start = text.index("```python", text.index(heading)) + len("```python\n")
-        blocks.append(text[start : text.index("```", start)])
-    scope: dict = {}
-    for name, code in zip(("the engine's loop", "Gated DeltaNet"), blocks):
-        exec(compile(code, f"README.md ({name})", "exec"), scope)
+    # README's GDN block continues the KDA loop's names (dev, N, H, idx, q0, o)
+    scope = run_snippets("## The engine's loop", "## Gated DeltaNet (Qwen3.5)")
     pool, idx, o = scope["pool"], scope["idx"], scope["o"]
     slots = idx.long()
     assert pool.family is GDN and torch.isfinite(o.float()).all() and (o != 0).any()

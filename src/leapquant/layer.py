@@ -64,8 +64,8 @@ class Overlap:
             default: ``flush_group`` of the calls' size, at most half the stack's layers). Grouped
             calls are those on the layers of one ``Pool.layers`` stack, in order, with the same
             ``idx`` and ``q0`` tensors (pools made apart never group); a group is forked when it
-            is full or the next call cannot join it. One launch pays the flush's fixed cost (the first fetch of its code, the flag
-            scan) once for the group instead of once a layer.
+            is full or the next call cannot join it. One launch pays the flush's fixed cost (the
+            first fetch of its code, the flag scan) once for the group instead of once a layer.
 
     One ``Pool`` per layer, as engines allocate state: a call waits for its pool's flush forked
     earlier in the scope, so two layers on one pool would run one after the other.
